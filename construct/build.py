@@ -1,0 +1,307 @@
+"""The construction of Theorem 1 (MATH.md §4), read top to bottom like the proof.
+
+validate → partition → head 1 (Claim 1) → heads 2..H (Lemma 3, row reduction, Claim 2 with the
+explicit saturation scale) → readout → verification by the model's own forward pass.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .claim1 import claim1_factors, interior_targets
+from .data import Dataset
+from .errors import CapacityError, ConstructionError, InputError
+from .linalg import EPS, blas_limit, blas_threads, numerical_rank
+from .model import Weights, head_features, head_logits, param_count
+from .partition import partition
+from .readout import min_norm_solve, readout_target, readout_weights
+from .rowreduce import RowSpaceFactor
+from .saturation import explicit_scale, rank_perturbation_bound
+from .separator import rank_one_separator
+from .verify import DEFAULT_TOL, Verification, check
+
+# Fresh random draws (targets, separator) before a numerical failure is reported; each draw
+# succeeds almost surely, so a repeated failure means the data is (numerically) degenerate.
+_MAX_DRAWS = 8
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class HeadEvidence:
+    """What the construction proved for one head.
+
+    Attributes:
+        head: head number, from 1.
+        examples: the group it fits exactly, as ``[first, last]`` example indices.
+        scale: the saturation scale ``c_h`` used (0 for head 1, which has no earlier examples).
+        delta_min: smallest Lemma 3 gap ``δ_t`` over the earlier examples (None for head 1).
+        sigma_min_M: ``σ_min`` of the reduced new rows ``M`` (Z's rows for head 1).
+        C_norm: ``‖C‖_2`` of the row reduction.
+        ell_inf_max: largest ``‖ℓ^(t)‖_∞`` over the earlier examples.
+        perturbation_bound: Lemma 4 + Weyl bound on ``‖C(Z''_A − Z̄_A)‖_2`` at ``c_h``; below
+            ``σ_min(M)`` proves the rank grows by the group size.
+        rounding_estimate: MATH.md §5's size of the rounding of the rank-one term on the group's
+            logits, ``c_h ε ‖a‖ ‖b‖ max‖x‖ max‖E‖``.
+        target_error: measured ``max |z^(t) − E^(t)T s^(t)|`` on the group (exact up to rounding).
+        draws: random draws used (targets and separator).
+    """
+
+    head: int
+    examples: list[int]
+    scale: float
+    delta_min: float | None
+    sigma_min_M: float
+    C_norm: float
+    ell_inf_max: float
+    perturbation_bound: float
+    rounding_estimate: float
+    target_error: float
+    draws: int
+
+
+@dataclass
+class BuildResult:
+    """Weights and the evidence that they memorize the dataset.
+
+    Attributes:
+        weights: the constructed weights.
+        data: the dataset they memorize.
+        k: ``min(n, d_h)``; capacity is ``H(k − 1) + 1``.
+        capacity: the number of examples Theorem 1 guarantees.
+        heads: evidence per head used.
+        verification: the final check by the forward pass (rank Z, max error).
+        seed: the random seed; the same seed gives identical weights.
+        timings: seconds per stage.
+    """
+
+    weights: Weights
+    data: Dataset
+    k: int
+    capacity: int
+    heads: list[HeadEvidence]
+    verification: Verification
+    seed: int
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def max_abs_error(self) -> float:
+        return self.verification.max_abs_error
+
+
+def capacity(H: int, n: int, d_h: int) -> int:
+    """Theorem 1's number of examples ``H(k − 1) + 1`` with ``k = min(n, d_h)``."""
+    return H * (min(n, d_h) - 1) + 1
+
+
+def heads_needed(T: int, k: int) -> int | None:
+    """Fewest heads with ``H(k − 1) + 1 ≥ T``; None when no number suffices (``k = 1 < T``)."""
+    if T <= 1:
+        return 1
+    if k < 2:
+        return None
+    return -(-(T - 1) // (k - 1))
+
+
+def validate(data: Dataset, H: int, d_h: int, d_v: int) -> int:
+    """Stage 1: check the request against Theorem 1's hypotheses; returns ``k``.
+
+    Raises:
+        CapacityError: ``T > H(k − 1) + 1`` (the message says how many heads would suffice).
+        InputError: every other problem, listed at once: non-positive sizes, ``n > d``,
+            ``d_o > d_v`` or ``d_o > d``, contexts without full row rank (A2), by example.
+    """
+    problems = [f"{name} must be a positive integer, got {v}" for name, v in
+                (("heads H", H), ("head dim d_h", d_h), ("value dim d_v", d_v)) if v < 1]
+    if problems:
+        raise InputError(problems, what="invalid model shape")
+    T, n, d, d_o = data.T, data.n, data.d, data.d_o
+    k = min(n, d_h)
+    if n > d:
+        problems.append(f"E: context size n = {n} exceeds token dimension d = {d}; A2 needs n ≤ d")
+    if d_o > d_v:
+        problems.append(f"Y: d_o = {d_o} output columns need value dim d_v ≥ {d_o}, got d_v = {d_v}")
+    if d_o > d:
+        problems.append(f"Y: d_o = {d_o} output columns exceed the token dimension d = {d}")
+    if n <= d:
+        s = np.linalg.svd(data.E, compute_uv=False)            # (T, n), batched
+        tol = max(n, d) * EPS * s[:, :1]
+        bad = np.flatnonzero((s <= tol).any(axis=1))
+        if bad.size:
+            shown = ", ".join(map(str, bad[:20])) + (f", … ({bad.size} in all)" if bad.size > 20 else "")
+            problems.append(f"E: context of example(s) {shown} is not of full row rank (A2 needs "
+                            f"rank E^(t) = n = {n}: distinct, linearly independent tokens)")
+    cap = capacity(H, n, d_h)
+    if T > cap:
+        need = heads_needed(T, k)
+        hint = (f"{need} heads would suffice" if need is not None
+                else "no number of heads suffices with k = 1; raise the head dim and context size")
+        problems.append(f"T = {T} examples exceed the capacity H(k−1)+1 = {cap} of H = {H} heads "
+                        f"with k = min(n = {n}, d_h = {d_h}) = {k}; {hint}")
+        raise CapacityError(problems, what="dataset over capacity")
+    if problems:
+        raise InputError(problems, what="the dataset does not meet Theorem 1's hypotheses")
+    return k
+
+
+def _fit_group(data: Dataset, S: range, k_cols: int, F: np.ndarray, rng: np.random.Generator):
+    """Claim 1 on group ``S`` with targets whose reduced rows ``M = E^T s − F`` have full row rank."""
+    E_S, X_S = data.E[S.start:S.stop], data.X[S.start:S.stop]
+    for draw in range(1, _MAX_DRAWS + 1):
+        s = interior_targets(rng, len(S), data.n)
+        M = np.einsum("tnd,tn->td", E_S, s) - F
+        rank, sv = numerical_rank(M)
+        if rank == len(S):
+            K, Q = claim1_factors(E_S, X_S, s)
+            return s, K, Q, float(sv[-1]), draw
+    raise ConstructionError(f"examples {S.start}..{S.stop - 1}: no targets with linearly independent reduced "
+                            f"rows after {_MAX_DRAWS} draws (contexts nearly dependent across examples?)")
+
+
+def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, k: int, seed: int,
+                     progress: Progress | None, threads: int):
+    """Stages 3-4: head 1 by Claim 1, heads 2.. by Lemma 3, the row reduction and Claim 2.
+
+    Returns ``W_K``, ``W_Q`` (H, d, d_h), the feature matrix ``Z`` (T, H·d) computed head by head
+    with the forward pass's own :func:`head_features`, the factor of ``Z`` and the evidence.
+    """
+    T, n, d = data.T, data.n, data.d
+    rng = np.random.default_rng(seed)
+    W_K = np.zeros((H, d, d_h))
+    W_Q = np.zeros((H, d, d_h))
+    Z = np.empty((T, H * d))
+    factor = RowSpaceFactor(Z, threads)
+    token_norms = np.linalg.norm(data.E, axis=2).max(axis=1)        # ρ per example
+    query_norm = float(np.linalg.norm(data.X, axis=1).max())
+    evidence: list[HeadEvidence] = []
+    for h, S in enumerate(groups):
+        cols = slice(h * d, (h + 1) * d)
+        a = S.start                                                  # fitted examples: 0..a−1
+        if h == 0:
+            factor.stage(S.stop)
+            s, K, Q, sigma_M, draws = _fit_group(data, S, k, np.zeros((len(S), d)), rng)
+            W_K[h, :, :len(S)], W_Q[h, :, :len(S)] = K, Q
+            c = C_norm = ell_max = bound = rounding = 0.0
+            delta_min = None
+        else:
+            X_S = data.X[S.start:S.stop]
+            for draws in range(1, _MAX_DRAWS + 1):                  # Lemma 3
+                sep = rank_one_separator(X_S, data.E[:a], data.X[:a], rng)
+                if sep.delta.min() > 0:
+                    break
+            else:
+                raise ConstructionError(f"head {h + 1}: Lemma 3's logits tie on some earlier example after "
+                                        f"{_MAX_DRAWS} draws (duplicate context tokens?)")
+            Z_bar = data.E[np.arange(a), sep.j_star]                 # limit rows z̄^(t) = e_{j*(t)}
+            factor.add_features(h * d)                               # row reduction: C = Z'_S (Z'_A)^+
+            factor.commit()
+            C = factor.stage(S.stop)
+            s, K, Q, sigma_M, more = _fit_group(data, S, k, C @ Z_bar, rng)
+            draws += more - 1
+            ell = head_logits(data.E[:a], data.X[:a], K, Q)          # ℓ^(t) = E W_S x on earlier rows
+            ell_inf = np.abs(ell).max(axis=1)
+            C_norm = float(np.linalg.norm(C, 2))
+            rho = float(token_norms[:a].max())
+            c = explicit_scale(C_norm, rho, ell_inf, sep.delta, n, sigma_M)
+            bound = rank_perturbation_bound(C_norm, rho, ell_inf, sep.delta, c, n)
+            m = len(S)
+            W_K[h, :, :m], W_Q[h, :, :m] = K, Q                      # Claim 2: W_S + c a b^T
+            W_K[h, :, m], W_Q[h, :, m] = c * sep.a, sep.b
+            delta_min, ell_max = float(sep.delta.min()), float(ell_inf.max())
+            rounding = (c * EPS * np.linalg.norm(sep.a) * query_norm     # ‖E‖_2 ≤ ‖E‖_F
+                        * float(np.linalg.norm(data.E[S.start:S.stop], axis=(1, 2)).max()))
+        Z[:, cols] = head_features(data.E, data.X, W_K[h], W_Q[h])
+        target_rows = np.einsum("tnd,tn->td", data.E[S.start:S.stop], s)
+        evidence.append(HeadEvidence(
+            head=h + 1, examples=[S.start, S.stop - 1], scale=c, delta_min=delta_min, sigma_min_M=sigma_M,
+            C_norm=C_norm, ell_inf_max=ell_max, perturbation_bound=bound, rounding_estimate=rounding,
+            target_error=float(np.abs(Z[S.start:S.stop, cols] - target_rows).max()), draws=draws))
+        if progress is not None:
+            progress(h + 1, len(groups))
+    for h in range(len(groups), H):                                  # unused heads: W = 0, uniform
+        Z[:, h * d:(h + 1) * d] = head_features(data.E, data.X, W_K[h], W_Q[h])
+    return W_K, W_Q, Z, factor, evidence
+
+
+def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: int | None = None,
+          skip: bool = False, seed: int = 0, tol: float = DEFAULT_TOL,
+          progress: Progress | None = None) -> BuildResult:
+    """Construct weights that memorize ``data`` exactly (Theorem 1; MATH.md §4).
+
+    Args:
+        data: the dataset (T, n, d) / (T, d) / (T, d_o).
+        heads: number of heads H.
+        head_dim: key/query dimension d_h (default n, the smallest reaching full capacity).
+        value_dim: value dimension d_v (default d_o, the smallest allowed).
+        skip: build the skip-connection variant (App. C).
+        seed: seed of every random draw; the same seed gives identical weights.
+        tol: verification tolerance (relative to ``max(1, max|Y|)``).
+        progress: called as ``progress(head, heads_used)`` after each head.
+
+    Returns:
+        :class:`BuildResult` with the weights and the evidence.
+
+    Raises:
+        InputError, CapacityError: the request fails a hypothesis (every problem listed).
+        ConstructionError: a numerical step failed, or the final verification did not pass.
+    """
+    clock = time.perf_counter()
+    timings: dict[str, float] = {}
+    d_h = data.n if head_dim is None else int(head_dim)
+    d_v = data.d_o if value_dim is None else int(value_dim)
+    H = int(heads)
+    k = validate(data, H, d_h, d_v)
+    T, n, d = data.T, data.n, data.d
+    timings["validate"] = time.perf_counter() - clock
+
+    clock = time.perf_counter()
+    groups = partition(data.X, k)
+    timings["partition"] = time.perf_counter() - clock
+
+    clock = time.perf_counter()
+    threads = blas_threads()
+    with blas_limit(1):                  # many small operations: see construct.linalg.blas_limit
+        W_K, W_Q, Z, factor, evidence = _construct_heads(data, groups, H, d_h, k, seed, progress, threads)
+    timings["heads"] = time.perf_counter() - clock
+
+    clock = time.perf_counter()
+    factor.add_features(H * d)                                       # the factor now covers all of Z
+    factor.commit()
+    R = factor.R
+    B = min_norm_solve(Z, R, readout_target(data.Y, data.X, skip))
+    W_V, W_O, W_D = readout_weights(B, H, d, d_v)
+    weights = Weights(W_K=W_K, W_Q=W_Q, W_V=W_V, W_O=W_O, W_D=W_D, skip=bool(skip))
+    timings["readout"] = time.perf_counter() - clock
+
+    clock = time.perf_counter()
+    # Z was computed head by head with the forward pass's own function on these very W_K, W_Q,
+    # so it is the forward pass's Z; the outputs go through the model's readout.
+    verification = check(Z, R, weights, data, tol)
+    timings["verify"] = time.perf_counter() - clock
+    result = BuildResult(weights=weights, data=data, k=k, capacity=capacity(H, n, d_h), heads=evidence,
+                         verification=verification, seed=seed, timings=timings)
+    if not verification.passed:
+        raise ConstructionError(
+            f"verification failed: rank Z = {verification.rank_Z} of T = {T}, max |f − y| = "
+            f"{verification.max_abs_error:.3g} (allowed {verification.tol:.3g}); σ_min(Z) = "
+            f"{verification.sigma_min_Z:.3g}. Float64 cannot hold this construction (MATH.md §5); "
+            "largest scale used: " + f"{max(e.scale for e in evidence):.3g}")
+    return result
+
+
+def evidence_dict(result: BuildResult) -> dict:
+    """The evidence of a build as plain JSON-ready data (without the arrays)."""
+    w, data = result.weights, result.data
+    return {
+        "T": data.T, "n": data.n, "d": data.d, "d_o": data.d_o,
+        "H": w.H, "d_h": w.d_h, "d_v": w.d_v, "skip": w.skip, "k": result.k, "capacity": result.capacity,
+        "parameters": param_count(w.H, w.d, w.d_h, w.d_v, w.d_o),
+        "heads_used": len(result.heads),
+        "verification": result.verification.to_dict(),
+        "heads": [asdict(e) for e in result.heads],
+        "seed": result.seed, "timings_s": result.timings,
+    }

@@ -1,0 +1,180 @@
+"""Datasets ``(E, X, Y)``: validation, files, and synthetic generators (MATH.md §1).
+
+Shapes: contexts ``E`` (T, n, d), queries ``X`` (T, d), labels ``Y`` (T, d_o); a 1-D ``Y`` means
+``d_o = 1``. A dataset file is an ``.npz`` with exactly these three arrays.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import InputError
+from .io import load_npz, npz_bytes
+
+SYNTHETIC_KINDS = ("independent", "shared", "general-position")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A validated dataset: finite float64 arrays of consistent shapes.
+
+    Attributes:
+        E: contexts, shape (T, n, d).
+        X: queries, shape (T, d).
+        Y: labels, shape (T, d_o).
+    """
+
+    E: np.ndarray
+    X: np.ndarray
+    Y: np.ndarray
+
+    @property
+    def T(self) -> int:
+        return self.E.shape[0]
+
+    @property
+    def n(self) -> int:
+        return self.E.shape[1]
+
+    @property
+    def d(self) -> int:
+        return self.E.shape[2]
+
+    @property
+    def d_o(self) -> int:
+        return self.Y.shape[1]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {"E": self.E, "X": self.X, "Y": self.Y}
+
+    def to_bytes(self) -> bytes:
+        """The dataset as a reproducible ``.npz`` file's bytes."""
+        return npz_bytes(self.arrays())
+
+
+def _index_list(idx: np.ndarray, limit: int = 20) -> str:
+    idx = [int(i) for i in idx]
+    shown = ", ".join(map(str, idx[:limit]))
+    return shown + (f", … ({len(idx)} in all)" if len(idx) > limit else "")
+
+
+def _numeric(name: str, value, problems: list[str]) -> np.ndarray | None:
+    arr = np.asarray(value)
+    if arr.dtype == object:
+        problems.append(f"{name}: object array; give a numeric (float or int) array")
+        return None
+    if arr.dtype.kind not in "fiu":
+        problems.append(f"{name}: dtype {arr.dtype} is not a real number type (float or int)")
+        return None
+    return arr.astype(np.float64, copy=False)
+
+
+def as_dataset(E, X, Y) -> Dataset:
+    """Validate and convert ``(E, X, Y)`` into a :class:`Dataset`.
+
+    Checks dtypes, dimensions, that every array has the same number of examples T ≥ 1, and that
+    every value is finite; non-finite values are reported by example index.
+
+    Raises:
+        InputError: every problem found, each naming the array and the examples.
+    """
+    problems: list[str] = []
+    E = _numeric("E", E, problems)
+    X = _numeric("X", X, problems)
+    Y = _numeric("Y", Y, problems)
+    if E is not None and E.ndim != 3:
+        problems.append(f"E: expected shape (T, n, d), got {E.ndim}-D array of shape {E.shape}")
+        E = None
+    if X is not None and X.ndim != 2:
+        problems.append(f"X: expected shape (T, d), got {X.ndim}-D array of shape {X.shape}")
+        X = None
+    if Y is not None:
+        if Y.ndim == 1:
+            Y = Y[:, None]
+        elif Y.ndim != 2:
+            problems.append(f"Y: expected shape (T, d_o) or (T,), got {Y.ndim}-D array of shape {Y.shape}")
+            Y = None
+    present = {k: v for k, v in (("E", E), ("X", X), ("Y", Y)) if v is not None}
+    counts = {k: v.shape[0] for k, v in present.items()}
+    if len(set(counts.values())) > 1:
+        problems.append("number of examples differs: " + ", ".join(f"{k} has {c}" for k, c in counts.items()))
+    if any(c == 0 for c in counts.values()):
+        problems.append("the dataset has no examples (T = 0)")
+    if E is not None and X is not None and E.shape[2] != X.shape[1]:
+        problems.append(f"dimension differs: E has token dimension d = {E.shape[2]}, X has {X.shape[1]}")
+    if E is not None and 0 in E.shape[1:]:
+        problems.append(f"E: empty contexts or tokens, shape {E.shape}")
+    if Y is not None and Y.shape[1] == 0:
+        problems.append("Y: zero output columns")
+    for name, arr in present.items():
+        bad = ~np.isfinite(arr.reshape(arr.shape[0], -1)).all(axis=1)
+        if bad.any():
+            problems.append(f"{name}: non-finite values (NaN or inf) in example(s) {_index_list(np.flatnonzero(bad))}")
+    if problems:
+        raise InputError(problems, what="invalid dataset")
+    return Dataset(np.ascontiguousarray(E), np.ascontiguousarray(X), np.ascontiguousarray(Y))
+
+
+def load_dataset(path: str | os.PathLike) -> Dataset:
+    """Read and validate a dataset ``.npz`` holding ``E``, ``X``, ``Y`` (never unpickles).
+
+    Raises:
+        InputError: unreadable file, missing or unexpected arrays, or any problem of :func:`as_dataset`.
+    """
+    arrays = load_npz(path, what="dataset")
+    missing = [k for k in ("E", "X", "Y") if k not in arrays]
+    extra = sorted(set(arrays) - {"E", "X", "Y"})
+    problems = [f"array {k!r} is missing from {str(path)!r}" for k in missing]
+    problems += [f"unexpected array {k!r} in {str(path)!r} (a dataset holds E, X, Y)" for k in extra]
+    if problems:
+        raise InputError(problems, what="invalid dataset")
+    return as_dataset(arrays["E"], arrays["X"], arrays["Y"])
+
+
+def sinusoidal_encoding(n: int, d: int) -> np.ndarray:
+    """Sinusoidal positional encoding (Vaswani et al. 2017), shape (n, d)."""
+    pos = np.arange(n)[:, None]
+    i = np.arange(d)[None, :]
+    angle = pos / np.power(10000.0, (2 * (i // 2)) / d)
+    return np.where(i % 2 == 0, np.sin(angle), np.cos(angle))
+
+
+def synthetic(kind: str, *, T: int, n: int, d: int, d_o: int = 1, seed: int = 0,
+              positional: bool = False) -> Dataset:
+    """A random dataset of one of the paper's set-ups; labels are uniform on [0, 1).
+
+    - ``independent``: a fresh uniform context per example, uniform queries (App. I.1's
+      distribution: contexts not shared).
+    - ``shared``: one uniform context for all examples, uniform queries (§5.2; the tight case of
+      Prop. 2, ill-conditioned).
+    - ``general-position``: every context token and query i.i.d. standard Gaussian, so all
+      ``T(n+1)`` vectors are jointly in general position almost surely (centred, unlike uniform).
+
+    ``positional`` adds the sinusoidal encoding to every context's tokens.
+
+    Raises:
+        InputError: unknown kind or non-positive sizes.
+    """
+    problems = [f"{name} must be a positive integer, got {v}" for name, v in
+                (("examples T", T), ("context n", n), ("dim d", d), ("out-dim d_o", d_o)) if int(v) < 1]
+    if kind not in SYNTHETIC_KINDS:
+        problems.append(f"unknown synthetic kind {kind!r}; choose one of {', '.join(SYNTHETIC_KINDS)}")
+    if problems:
+        raise InputError(problems, what="invalid synthetic problem")
+    rng = np.random.default_rng(seed)
+    if kind == "independent":
+        E = rng.random((T, n, d))
+        X = rng.random((T, d))
+    elif kind == "shared":
+        E = np.broadcast_to(rng.random((n, d)), (T, n, d)).copy()
+        X = rng.random((T, d))
+    else:
+        E = rng.standard_normal((T, n, d))
+        X = rng.standard_normal((T, d))
+    if positional:
+        E = E + sinusoidal_encoding(n, d)
+    Y = rng.random((T, d_o))
+    return as_dataset(E, X, Y)

@@ -1,0 +1,32 @@
+"""Exceptions raised by the engine.
+
+Every error a user can cause by their input derives from :class:`ConstructError`; the CLI turns
+it into a message on stderr and a non-zero exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+
+class ConstructError(Exception):
+    """Base class of every error the engine raises on purpose."""
+
+
+class InputError(ConstructError, ValueError):
+    """Bad input: every problem found is listed, each naming the array and the examples.
+
+    Attributes:
+        problems: one human-readable line per problem.
+    """
+
+    def __init__(self, problems: list[str] | str, *, what: str = "invalid input"):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{what} ({len(self.problems)} problem(s)):\n{lines}")
+
+
+class CapacityError(InputError):
+    """The dataset holds more examples than H(k-1)+1 (Theorem 1)."""
+
+
+class ConstructionError(ConstructError, ArithmeticError):
+    """A numerical step of the construction failed (for example a rank the proof needs was lost)."""

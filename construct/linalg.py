@@ -1,0 +1,92 @@
+"""Numerical helpers shared by every stage: the one rank tolerance, extreme singular values.
+
+Rank decisions in this codebase go through :func:`rank_tol` only, the convention of
+``numpy.linalg.matrix_rank``: a singular value counts as non-zero when it exceeds
+``max(shape) * eps * sigma_max``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg as sla
+import scipy.sparse.linalg as spla
+from threadpoolctl import threadpool_info, threadpool_limits
+
+EPS = float(np.finfo(np.float64).eps)
+
+# Below this size a dense SVD of the triangular factor is cheap; above, Lanczos (ARPACK).
+_DENSE_SVD_LIMIT = 600
+
+
+def blas_threads() -> int:
+    """Threads the BLAS libraries use now (the largest pool; 1 if none is found)."""
+    return max([p.get("num_threads", 1) for p in threadpool_info() if p.get("user_api") == "blas"] or [1])
+
+
+def blas_limit(threads: int):
+    """Context manager: BLAS runs on at most ``threads`` threads inside it.
+
+    The construction runs its many small, skinny operations on one thread (on OpenBLAS two
+    threads ran them 2-20x slower on the 2-core CI machine) and its large products on all.
+    """
+    return threadpool_limits(limits=threads, user_api="blas")
+
+
+def tri_solve(R: np.ndarray, rhs: np.ndarray, trans: str = "N") -> np.ndarray:
+    """``R^{-1} rhs`` (or ``R^{-T} rhs`` with ``trans="T"``) for upper-triangular ``R``.
+
+    No finiteness scan: callers pass arrays the engine computed (inputs are validated once, at
+    the door). Keep ``R`` in Fortran order to avoid a copy per call.
+    """
+    return sla.solve_triangular(R, rhs, trans=trans, check_finite=False)
+
+
+def gram_solve(R: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """``(R^T R)^{-1} rhs``: with ``R`` from ``A^T = Q R`` this is ``(A A^T)^{-1} rhs``."""
+    return tri_solve(R, tri_solve(R, rhs, trans="T"))
+
+
+def rank_tol(sigma_max: float, shape: tuple[int, ...]) -> float:
+    """The rank tolerance for a matrix of ``shape`` whose largest singular value is ``sigma_max``."""
+    return max(shape) * EPS * float(sigma_max)
+
+
+def numerical_rank(A: np.ndarray) -> tuple[int, np.ndarray]:
+    """Rank of ``A`` under :func:`rank_tol`, with its singular values (descending)."""
+    s = sla.svdvals(A, check_finite=False) if A.size else np.zeros(0)
+    if s.size == 0:
+        return 0, s
+    return int(np.sum(s > rank_tol(s[0], A.shape))), s
+
+
+def triangular_extremes(R: np.ndarray) -> tuple[float, float]:
+    """Largest and smallest singular values of an upper-triangular square ``R``.
+
+    ``R`` is the triangular factor of ``Z^T = Q R``, so these are the extreme singular values of
+    ``Z``. Small ``R``: dense SVD. Large ``R``: Lanczos on ``R^T R`` and, through two triangular
+    solves per step, on ``(R^T R)^{-1}``; a deterministic start vector keeps runs reproducible.
+    Returns ``sigma_min = 0`` when ``R`` has a zero on its diagonal.
+    """
+    m = R.shape[0]
+    if m == 0:
+        return 0.0, 0.0
+    if m <= _DENSE_SVD_LIMIT:
+        s = sla.svdvals(R, check_finite=False)
+        return float(s[0]), float(s[-1])
+    if np.any(np.diag(R) == 0):
+        return float(sla.norm(R, 2)), 0.0
+    v0 = np.ones(m) / np.sqrt(m)
+    gram = spla.LinearOperator((m, m), matvec=lambda v: R.T @ (R @ v), dtype=np.float64)
+
+    R = np.asfortranarray(R)
+    inv = spla.LinearOperator((m, m), matvec=lambda v: gram_solve(R, v), dtype=np.float64)
+    lam_max = spla.eigsh(gram, k=1, which="LA", v0=v0, return_eigenvectors=False)[0]
+    inv_max = spla.eigsh(inv, k=1, which="LA", v0=v0, return_eigenvectors=False)[0]
+    return float(np.sqrt(lam_max)), float(1.0 / np.sqrt(inv_max))
+
+
+def qr_r(A: np.ndarray) -> np.ndarray:
+    """The triangular factor ``R``, shape ``(min(p, m), m)``, of the QR of ``A`` (p, m), any shape."""
+    if A.shape[0] == 0:
+        return np.zeros((0, A.shape[1]))
+    return np.linalg.qr(A, mode="r")

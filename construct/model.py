@@ -1,0 +1,194 @@
+"""The single-layer multi-head attention model of MATH.md §1: forward pass, features ``Z``, weights.
+
+For head ``h`` and one example: ``s_h = softmax(E W_K[h] W_Q[h]^T x)``, ``z_h = E^T s_h``; then
+``f = W_D^T (W_O^T [W_V[1]^T z_1; …; W_V[H]^T z_H])``, plus ``x`` inside ``W_D^T(·)`` with the skip
+connection (App. C). No ``1/sqrt(d_h)`` factor: it is absorbed into ``W_K``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import InputError
+from .io import load_npz, npz_bytes
+
+
+def param_count(H: int, d: int, d_h: int, d_v: int, d_o: int) -> int:
+    """Number of parameters: ``H·d·(2·d_h + d_v) + H·d_v·d + d·d_o``."""
+    return H * d * (2 * d_h + d_v) + H * d_v * d + d * d_o
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Weights of the model.
+
+    Attributes:
+        W_K, W_Q: key and query maps, shape (H, d, d_h).
+        W_V: value maps, shape (H, d, d_v).
+        W_O: output map, shape (H·d_v, d).
+        W_D: readout, shape (d, d_o).
+        skip: whether the output adds the query (App. C).
+    """
+
+    W_K: np.ndarray
+    W_Q: np.ndarray
+    W_V: np.ndarray
+    W_O: np.ndarray
+    W_D: np.ndarray
+    skip: bool = False
+
+    @property
+    def H(self) -> int:
+        return self.W_K.shape[0]
+
+    @property
+    def d(self) -> int:
+        return self.W_K.shape[1]
+
+    @property
+    def d_h(self) -> int:
+        return self.W_K.shape[2]
+
+    @property
+    def d_v(self) -> int:
+        return self.W_V.shape[2]
+
+    @property
+    def d_o(self) -> int:
+        return self.W_D.shape[1]
+
+    @property
+    def parameters(self) -> int:
+        return param_count(self.H, self.d, self.d_h, self.d_v, self.d_o)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {"W_K": self.W_K, "W_Q": self.W_Q, "W_V": self.W_V, "W_O": self.W_O,
+                "W_D": self.W_D, "skip": np.asarray(bool(self.skip))}
+
+    def to_bytes(self) -> bytes:
+        """The weights as a reproducible ``.npz`` file's bytes."""
+        return npz_bytes(self.arrays())
+
+
+_SHAPES = {"W_K": "(H, d, d_h)", "W_Q": "(H, d, d_h)", "W_V": "(H, d, d_v)", "W_O": "(H·d_v, d)",
+           "W_D": "(d, d_o)"}
+
+
+def as_weights(W_K, W_Q, W_V, W_O, W_D, skip=False) -> Weights:
+    """Validate shapes and values and build :class:`Weights`.
+
+    Raises:
+        InputError: every wrong dimension, inconsistent shape or non-finite array, named.
+    """
+    given = {"W_K": W_K, "W_Q": W_Q, "W_V": W_V, "W_O": W_O, "W_D": W_D}
+    problems, arr = [], {}
+    for name, value in given.items():
+        a = np.asarray(value)
+        if a.dtype.kind not in "fiu":
+            problems.append(f"{name}: dtype {a.dtype} is not a real number type")
+            continue
+        a = a.astype(np.float64, copy=False)
+        want = 3 if name in ("W_K", "W_Q", "W_V") else 2
+        if a.ndim != want:
+            problems.append(f"{name}: expected shape {_SHAPES[name]}, got shape {a.shape}")
+            continue
+        if not np.isfinite(a).all():
+            problems.append(f"{name}: non-finite values (NaN or inf)")
+        arr[name] = a
+    if len(arr) == 5:
+        H, d, d_h = arr["W_K"].shape
+        d_v = arr["W_V"].shape[2]
+        if arr["W_Q"].shape != (H, d, d_h):
+            problems.append(f"W_Q: shape {arr['W_Q'].shape} differs from W_K's {arr['W_K'].shape}")
+        if arr["W_V"].shape[:2] != (H, d):
+            problems.append(f"W_V: shape {arr['W_V'].shape} does not start with (H, d) = {(H, d)}")
+        if arr["W_O"].shape != (H * d_v, d):
+            problems.append(f"W_O: expected shape (H·d_v, d) = {(H * d_v, d)}, got {arr['W_O'].shape}")
+        if arr["W_D"].shape[0] != d:
+            problems.append(f"W_D: expected {d} rows (d), got shape {arr['W_D'].shape}")
+    skip_arr = np.asarray(skip)
+    if skip_arr.shape != () or skip_arr.dtype.kind not in "bi":
+        problems.append(f"skip: expected a boolean scalar, got {skip_arr.dtype} array of shape {skip_arr.shape}")
+    if problems:
+        raise InputError(problems, what="invalid weights")
+    return Weights(**arr, skip=bool(skip_arr))
+
+
+def load_weights(path: str | os.PathLike) -> Weights:
+    """Read and validate a weights ``.npz`` (never unpickles).
+
+    Raises:
+        InputError: unreadable file, missing arrays, or a problem of :func:`as_weights`.
+    """
+    arrays = load_npz(path, what="weights")
+    names = ("W_K", "W_Q", "W_V", "W_O", "W_D", "skip")
+    missing = [k for k in names if k not in arrays]
+    if missing:
+        raise InputError([f"array {k!r} is missing from {str(path)!r}" for k in missing], what="invalid weights")
+    return as_weights(*(arrays[k] for k in names))
+
+
+def check_compatible(weights: Weights, d: int, d_o: int) -> None:
+    """Raise :class:`InputError` if the weights cannot be applied to data of dimensions ``d``, ``d_o``."""
+    problems = []
+    if weights.d != d:
+        problems.append(f"weights expect token dimension d = {weights.d}, the data has d = {d}")
+    if weights.d_o != d_o:
+        problems.append(f"weights produce d_o = {weights.d_o} outputs, the labels Y have {d_o} columns")
+    if problems:
+        raise InputError(problems, what="weights and data do not match")
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis, shifted by the maximum so that no exponential overflows."""
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    np.exp(shifted, out=shifted)
+    shifted /= shifted.sum(axis=-1, keepdims=True)
+    return shifted
+
+
+def head_logits(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray) -> np.ndarray:
+    """Logits ``E W_K W_Q^T x`` of one head for every example, shape (T, n).
+
+    ``W_K`` and ``W_Q`` have shape (d, d_h); computed as ``E (W_K (W_Q^T x))`` so the cost is
+    ``O(T·d·(d_h + n))``.
+    """
+    w = (X @ W_Q) @ W_K.T
+    return np.einsum("tnd,td->tn", E, w)
+
+
+def head_attention(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray) -> np.ndarray:
+    """Attention ``s`` of one head over each context, shape (T, n); rows lie in the simplex."""
+    return softmax(head_logits(E, X, W_K, W_Q))
+
+
+def head_features(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray) -> np.ndarray:
+    """Features ``z = E^T s`` of one head for every example, shape (T, d)."""
+    return np.einsum("tnd,tn->td", E, head_attention(E, X, W_K, W_Q))
+
+
+def feature_matrix(E: np.ndarray, X: np.ndarray, weights: Weights) -> np.ndarray:
+    """The feature matrix ``Z`` (T, H·d): row t is ``[z_1; …; z_H]`` of example t."""
+    T, d = X.shape
+    Z = np.empty((T, weights.H * d))
+    for h in range(weights.H):
+        Z[:, h * d:(h + 1) * d] = head_features(E, X, weights.W_K[h], weights.W_Q[h])
+    return Z
+
+
+def output_from_features(Z: np.ndarray, X: np.ndarray, weights: Weights) -> np.ndarray:
+    """The model's output from its features: ``W_D^T (W_O^T [W_V^T z] (+ x))``, shape (T, d_o)."""
+    T, d = X.shape
+    values = np.einsum("thd,hdv->thv", Z.reshape(T, weights.H, d), weights.W_V).reshape(T, -1)
+    o = values @ weights.W_O
+    if weights.skip:
+        o = o + X
+    return o @ weights.W_D
+
+
+def forward(E: np.ndarray, X: np.ndarray, weights: Weights) -> np.ndarray:
+    """The model ``f(E, x; θ)`` for every example, shape (T, d_o)."""
+    return output_from_features(feature_matrix(E, X, weights), X, weights)

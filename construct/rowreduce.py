@@ -1,0 +1,131 @@
+"""Stage 4.3: the row reduction, on an incrementally updated factorization of ``Z``.
+
+Head ``h`` needs ``C = Z'_S (Z'_A)^+`` where ``Z'`` are the columns of heads ``1..h−1``, ``A`` the
+examples fitted so far and ``S`` the new group. Since ``Z'_A`` has full row rank,
+``rank Z_{A∪S} ≥ rank Z_A + rank(Z''_S − C Z''_A)`` (Lemma 1 after a row operation).
+
+Refactorizing ``Z'_A`` for every head costs ``O(H)`` full factorizations. Instead this keeps the
+triangular factor ``R`` of ``Z_A^T = Q R`` (never ``Q``; ``R^T R = Z_A Z_A^T``), and touches
+``Z_A`` once per group:
+
+- :meth:`RowSpaceFactor.stage` projects a new group's rows ``V`` on ``Z_A``: its coordinates
+  ``W = Q^T V^T = R^{-T} Z_A V^T``, coefficients ``C = (R^{-1} W)^T`` and the triangular factor
+  of its residual ``V − C Z_A``. When ``ε·κ(R)²`` or the cancellation in the residual's Gram
+  matrix could cost accuracy (ill-conditioned data: shared contexts), it switches to corrected
+  semi-normal equations with an explicit residual instead.
+- :meth:`RowSpaceFactor.add_features` appends a head's ``d`` feature columns: for the fitted
+  rows ``R ← qr([R; Z_h[A]^T])``, a triangular-pentagonal QR (LAPACK ``tpqrt``); the staged
+  group's coordinates go through the same reflectors (``tpmqrt``), and what falls outside the
+  old basis joins its residual factor. No second pass over ``Z_A``.
+- :meth:`RowSpaceFactor.commit` borders ``R`` with the staged group: ``[[R, W], [0, R_res]]``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg as sla
+from scipy.linalg import lapack
+
+from .errors import ConstructionError
+from .linalg import EPS, blas_limit, gram_solve, qr_r, tri_solve
+
+# Take the one-pass (semi-normal) projection only while its relative error stays below this.
+_SEMI_NORMAL_ACCURACY = 1e-8
+
+
+class RowSpaceFactor:
+    """Triangular factor of the fitted rows ``Z[:a, :f]`` of a feature matrix ``Z`` (T, H·d).
+
+    Fitted rows are a prefix ``0..a−1`` (groups are consecutive), known features a prefix
+    ``0..f−1``; ``Z`` is the caller's array, read in place. At most one group is staged: rows
+    ``a..stop−1``, projected on the fitted rows but not yet part of ``R``.
+    """
+
+    def __init__(self, Z: np.ndarray, threads: int = 1):
+        self.Z = Z
+        self.threads = threads                     # BLAS threads for products with all fitted rows
+        self.a = 0
+        self.f = 0
+        self.R = np.zeros((0, 0), order="F")
+        self._stop = 0                              # staged rows: a..stop−1
+        self._W = np.zeros((0, 0), order="F")      # their coordinates Q^T V^T, (a, m)
+        self._Rres = np.zeros((0, 0))               # triangular factor of their residual
+
+    def stage(self, stop: int) -> np.ndarray:
+        """Project rows ``a..stop−1`` on the fitted rows; returns ``C`` (stop − a, a).
+
+        ``C`` minimizes ``‖Z[a:stop, :f] − C Z[:a, :f]‖`` (minimum norm): the row reduction's
+        ``Z'_S (Z'_A)^+``.
+        """
+        V = self.Z[self.a:stop, :self.f]
+        m = V.shape[0]
+        self._stop = stop
+        if self.a == 0:
+            self._W = np.zeros((0, m), order="F")
+            self._Rres = qr_r(V.T)
+            return np.zeros((m, 0))
+        Z_A = self.Z[:self.a, :self.f]
+        with blas_limit(self.threads):
+            ZV = Z_A @ V.T
+        W = tri_solve(self.R, ZV, trans="T")
+        C = tri_solve(self.R, W).T
+        G = V @ V.T - W.T @ W                       # Gram matrix of the residual
+        rcond, _ = lapack.dtrcon(self.R)
+        lam = np.linalg.eigvalsh(G)[0] if m else 1.0
+        accurate = (rcond > 0 and EPS / rcond**2 <= _SEMI_NORMAL_ACCURACY
+                    and lam > EPS * np.trace(G + W.T @ W) / _SEMI_NORMAL_ACCURACY)
+        if accurate:
+            Rres = sla.cholesky(G, lower=False, check_finite=False)
+        else:
+            with blas_limit(self.threads):
+                ZR = Z_A @ (V - C @ Z_A).T
+            C += gram_solve(self.R, ZR).T
+            with blas_limit(self.threads):
+                residual = V - C @ Z_A
+            W = self.R @ C.T
+            Rres = qr_r(residual.T)
+        self._W, self._Rres = np.asfortranarray(W), Rres
+        return C
+
+    def add_features(self, f_new: int) -> None:
+        """Extend the known features to ``0..f_new−1``, for the fitted and the staged rows."""
+        if f_new <= self.f:
+            return
+        staged_new = self.Z[self.a:self._stop, self.f:f_new].T          # (f_new − f, m)
+        if self.a:
+            B = np.asfortranarray(self.Z[:self.a, self.f:f_new].T)
+            nb = max(1, min(self.a, 32))
+            # tpqrt overwrites only the upper triangle of R; the zeros below stay.
+            R, Vr, Tr, info = lapack.dtpqrt(0, nb, self.R, B, overwrite_a=1, overwrite_b=1)
+            if info != 0:
+                raise ConstructionError(f"tpqrt failed (info = {info}) updating the factor of Z")
+            self.R = R
+            if self._stop > self.a:
+                W, Y, info = lapack.dtpmqrt(0, Vr, Tr, self._W, np.asfortranarray(staged_new),
+                                            trans="T")
+                if info != 0:
+                    raise ConstructionError(f"tpmqrt failed (info = {info}) updating the factor of Z")
+                self._W, staged_new = W, Y
+        if self._stop > self.a:
+            self._Rres = qr_r(np.vstack([self._Rres, staged_new]))
+        self.f = f_new
+
+    def commit(self) -> float:
+        """Border ``R`` with the staged group; returns the smallest diagonal entry of its block.
+
+        Raises:
+            ConstructionError: the staged rows are numerically dependent on the fitted ones.
+        """
+        a, stop = self.a, self._stop
+        m = stop - a
+        Rres = self._Rres[:m]
+        if Rres.shape[0] < m or np.any(np.diag(Rres) == 0):
+            raise ConstructionError(f"rows {a}..{stop - 1} of Z are dependent on the earlier rows")
+        R = np.zeros((stop, stop), order="F")
+        R[:a, :a] = self.R
+        R[:a, a:] = self._W
+        R[a:, a:] = Rres
+        self.R, self.a = R, stop
+        self._W = np.zeros((stop, 0), order="F")
+        return float(np.abs(np.diag(Rres)).min()) if m else 0.0
+
