@@ -1,0 +1,21 @@
+"""mha-construct: exact memorizing weights for single-layer multi-head attention.
+
+Follows the constructive proof of Theorem 1 of *Memorization Capacity of Multi-Head Attention in
+Transformers* (Mahdavi, Liao, Thrampoulidis, ICLR 2024): ``H`` heads with context size ``n``
+memorize ``H(n − 1) + 1`` examples. ``build`` runs the construction and proves the result with
+the model's own forward pass; ``verify`` re-checks weights against data.
+"""
+
+from .assumptions import check_assumptions, kruskal_rank
+from .build import BuildResult, HeadEvidence, build, capacity, heads_needed
+from .data import Dataset, as_dataset, load_dataset, synthetic
+from .errors import CapacityError, ConstructError, ConstructionError, InputError
+from .model import Weights, as_weights, feature_matrix, forward, load_weights, param_count
+from .verify import Verification, verify
+
+__all__ = [
+    "BuildResult", "CapacityError", "ConstructError", "ConstructionError", "Dataset", "HeadEvidence",
+    "InputError", "Verification", "Weights", "as_dataset", "as_weights", "build", "capacity",
+    "check_assumptions", "feature_matrix", "forward", "heads_needed", "kruskal_rank", "load_dataset",
+    "load_weights", "param_count", "synthetic", "verify",
+]

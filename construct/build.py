@@ -212,7 +212,7 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, k: in
             W_K[h, :, :m], W_Q[h, :, :m] = K, Q                      # Claim 2: W_S + c a b^T
             W_K[h, :, m], W_Q[h, :, m] = c * sep.a, sep.b
             delta_min, ell_max = float(sep.delta.min()), float(ell_inf.max())
-            rounding = (c * EPS * np.linalg.norm(sep.a) * query_norm     # ‖E‖_2 ≤ ‖E‖_F
+            rounding = float(c * EPS * np.linalg.norm(sep.a) * query_norm     # ‖E‖_2 ≤ ‖E‖_F
                         * float(np.linalg.norm(data.E[S.start:S.stop], axis=(1, 2)).max()))
         Z[:, cols] = head_features(data.E, data.X, W_K[h], W_Q[h])
         target_rows = np.einsum("tnd,tn->td", data.E[S.start:S.stop], s)

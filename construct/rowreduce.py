@@ -93,7 +93,9 @@ class RowSpaceFactor:
             return
         staged_new = self.Z[self.a:self._stop, self.f:f_new].T          # (f_new − f, m)
         if self.a:
-            B = np.asfortranarray(self.Z[:self.a, self.f:f_new].T)
+            # A copy, always: tpqrt overwrites B, and for one fitted row the transposed slice is
+            # already Fortran-contiguous, so asfortranarray would hand LAPACK a view of Z.
+            B = np.array(self.Z[:self.a, self.f:f_new].T, order="F")
             nb = max(1, min(self.a, 32))
             # tpqrt overwrites only the upper triangle of R; the zeros below stay.
             R, Vr, Tr, info = lapack.dtpqrt(0, nb, self.R, B, overwrite_a=1, overwrite_b=1)

@@ -1,0 +1,144 @@
+"""The paper's data assumptions (MATH.md §2) as checks on a dataset.
+
+- Kruskal rank of a set of vectors: the largest ``k`` such that every ``k`` of them are linearly
+  independent. Exact computation enumerates subsets (NP-hard in general), so it runs only while
+  the number of subsets stays under a budget; otherwise the paper's sampled test is used.
+- A1: queries have Kruskal rank ≥ n. Sampled test (paper §5.1): draw ``n`` queries at random,
+  check rank ``n``; 5000 trials; "holds" if at least 99% pass.
+- A2: every context has full row rank ``n``.
+- A3: the vectors ``x^(t) + mean_i e_i^(t)`` have Kruskal rank ≥ n (sampled like A1).
+- General position of the queries: Kruskal rank ``= min(T, d)`` (sampled with subsets of that size).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from itertools import combinations
+from math import comb
+
+import numpy as np
+
+from .data import Dataset
+from .linalg import EPS, numerical_rank
+
+SAMPLED_TRIALS = 5000
+SAMPLED_THRESHOLD = 0.99
+EXACT_BUDGET = 20_000
+
+
+def kruskal_rank(V: np.ndarray, budget: int = EXACT_BUDGET) -> int | None:
+    """Exact Kruskal rank of the rows of ``V`` (m, d); None if it would check more than ``budget`` subsets.
+
+    Every subset's rank is decided with :func:`construct.linalg.rank_tol`.
+    """
+    m = V.shape[0]
+    top = min(m, V.shape[1])
+    checked = 0
+    for k in range(1, top + 1):
+        checked += comb(m, k)
+        if checked > budget:
+            return None
+        for subset in combinations(range(m), k):
+            if numerical_rank(V[list(subset)])[0] < k:
+                return k - 1
+    return top
+
+
+def sampled_independence(V: np.ndarray, size: int, trials: int = SAMPLED_TRIALS,
+                         seed: int = 0) -> float:
+    """Fraction of ``trials`` random ``size``-subsets of the rows of ``V`` that are linearly independent."""
+    m = V.shape[0]
+    if size > min(m, V.shape[1]):
+        return 0.0
+    rng = np.random.default_rng(seed)
+    idx = np.stack([rng.choice(m, size=size, replace=False) for _ in range(trials)])
+    s = np.linalg.svd(V[idx], compute_uv=False)                  # (trials, size), batched
+    tol = max(size, V.shape[1]) * EPS * s[:, :1]
+    return float(np.mean((s > tol).all(axis=1)))
+
+
+def a2_violations(E: np.ndarray) -> np.ndarray:
+    """Indices of the examples whose context ``E^(t)`` (n, d) is not of full row rank ``n``."""
+    n, d = E.shape[1:]
+    if n > d:
+        return np.arange(E.shape[0])
+    s = np.linalg.svd(E, compute_uv=False)
+    tol = max(n, d) * EPS * s[:, :1]
+    return np.flatnonzero((s <= tol).any(axis=1))
+
+
+@dataclass(frozen=True)
+class KruskalCheck:
+    """One Kruskal-rank assumption: the required rank, the sampled test and, if small, the exact rank."""
+
+    vectors: str
+    required: int
+    sampled_fraction: float
+    sampled_holds: bool
+    exact_rank: int | None
+    holds: bool
+
+
+def _kruskal_check(V: np.ndarray, required: int, vectors: str, trials: int, seed: int,
+                   budget: int) -> KruskalCheck:
+    frac = sampled_independence(V, required, trials, seed)
+    exact = kruskal_rank(V, budget)
+    sampled_holds = frac >= SAMPLED_THRESHOLD
+    holds = exact >= required if exact is not None else sampled_holds
+    return KruskalCheck(vectors=vectors, required=required, sampled_fraction=frac,
+                        sampled_holds=sampled_holds, exact_rank=exact, holds=holds)
+
+
+@dataclass(frozen=True)
+class AssumptionReport:
+    """A1, A2, A3 and general position for one dataset."""
+
+    T: int
+    n: int
+    d: int
+    a1: KruskalCheck
+    a2_violations: list[int]
+    a2: bool
+    a3: KruskalCheck
+    general_position: KruskalCheck
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def check_assumptions(data: Dataset, trials: int = SAMPLED_TRIALS, seed: int = 0,
+                      budget: int = EXACT_BUDGET) -> AssumptionReport:
+    """Check A1, A2, A3 and the queries' general position (MATH.md §2).
+
+    When ``T < n`` no ``n`` queries exist, so A1 and A3 cannot hold; they are reported as failed.
+    """
+    T, n, d = data.T, data.n, data.d
+    bad = a2_violations(data.E)
+    a3_vectors = data.X + data.E.mean(axis=1)
+    return AssumptionReport(
+        T=T, n=n, d=d,
+        a1=_kruskal_check(data.X, n, "queries x", trials, seed, budget),
+        a2_violations=[int(i) for i in bad], a2=bad.size == 0,
+        a3=_kruskal_check(a3_vectors, n, "x + mean_i e_i", trials, seed, budget),
+        general_position=_kruskal_check(data.X, min(T, d), "queries x", trials, seed, budget),
+    )
+
+
+def assumptions_text(rep: AssumptionReport) -> str:
+    """A readable summary of an :class:`AssumptionReport`."""
+    def kline(name: str, k: KruskalCheck) -> str:
+        exact = f"exact Kruskal rank {k.exact_rank}" if k.exact_rank is not None else "exact rank: too many subsets"
+        verdict = "holds" if k.holds else "FAILS"
+        return (f"{name:<17} {verdict:<6} Kruskal rank of {k.vectors} ≥ {k.required}: "
+                f"{k.sampled_fraction:.1%} of sampled subsets independent; {exact}")
+    a2 = ("holds " if rep.a2 else "FAILS ") + (
+        "every context has full row rank" if rep.a2 else
+        f"contexts without full row rank: examples {rep.a2_violations[:20]}"
+        + (f" … ({len(rep.a2_violations)} in all)" if len(rep.a2_violations) > 20 else ""))
+    return "\n".join([
+        f"dataset: T = {rep.T}, n = {rep.n}, d = {rep.d}",
+        kline("A1", rep.a1),
+        f"{'A2':<17} {a2}",
+        kline("A3", rep.a3),
+        kline("general position", rep.general_position),
+    ])

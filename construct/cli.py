@@ -1,0 +1,193 @@
+"""``mha-construct``: build, verify, and check the assumptions, from the command line.
+
+Exit codes: 0 success; 1 the weights do not memorize the data (verify) or the construction failed
+numerically (build); 2 bad input or usage. Errors go to stderr as one message, never a traceback,
+and a failed build writes no file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from .errors import ConstructError, InputError
+
+DEFAULT_PROBLEM = {"kind": "independent", "heads": 8, "context": 8, "dim": 16}
+
+
+def _progress_printer(stream):
+    """Progress on stderr: one updating line on a terminal, otherwise a line per tenth of the heads."""
+    tty = stream.isatty()
+
+    def show(done: int, total: int) -> None:
+        if tty:
+            end = "\n" if done == total else ""
+            stream.write(f"\rbuilding: head {done}/{total}{end}")
+            stream.flush()
+        elif total >= 10 and (done * 10 // total) != ((done - 1) * 10 // total):
+            stream.write(f"building: head {done}/{total}\n")
+            stream.flush()
+    return show
+
+
+def _cmd_build(args) -> int:
+    from .build import build, capacity, heads_needed
+    from .data import load_dataset, synthetic
+    from .io import json_bytes, sha256, write_outputs
+    from .report import build_report, summary_text
+
+    started = time.perf_counter()
+    synthetic_only = {"--context": args.context, "--dim": args.dim, "--examples": args.examples,
+                      "--out-dim": args.out_dim, "--positional": args.positional or None}
+    if args.data is not None:
+        problems = []
+        if args.synthetic is not None:
+            problems.append("give a data file or --synthetic, not both")
+        problems += [f"{flag} applies to synthetic problems only, not to a data file"
+                     for flag, v in synthetic_only.items() if v is not None]
+        if problems:
+            raise InputError(problems, what="invalid arguments")
+        data = load_dataset(args.data)
+        heads = args.heads
+        if heads is None:
+            d_h = args.head_dim or data.n
+            heads = heads_needed(data.T, min(data.n, d_h)) or 1
+        source = {"source": str(args.data)}
+    else:
+        kind = args.synthetic or DEFAULT_PROBLEM["kind"]
+        heads = args.heads or DEFAULT_PROBLEM["heads"]
+        n = args.context or DEFAULT_PROBLEM["context"]
+        d = args.dim or DEFAULT_PROBLEM["dim"]
+        d_h = args.head_dim or n
+        T = args.examples or capacity(heads, n, d_h)
+        data = synthetic(kind, T=T, n=n, d=d, d_o=args.out_dim or 1, seed=args.seed,
+                         positional=args.positional)
+        source = {"source": f"synthetic {kind}", "synthetic": {"kind": kind, "T": T, "n": n, "d": d,
+                                                               "d_o": data.d_o, "seed": args.seed,
+                                                               "positional": args.positional}}
+    progress = None if args.quiet else _progress_printer(sys.stderr)
+    result = build(data, heads, head_dim=args.head_dim, value_dim=args.value_dim, skip=args.skip,
+                   seed=args.seed, tol=args.tol, progress=progress)
+    weights_bytes, data_bytes = result.weights.to_bytes(), data.to_bytes()
+    report = build_report(result, data_source=source, data_sha256=sha256(data_bytes),
+                          weights_sha256=sha256(weights_bytes), total_seconds=time.perf_counter() - started)
+    write_outputs({"weights.npz": weights_bytes, "data.npz": data_bytes, "report.json": json_bytes(report)},
+                  args.out)
+    if not args.quiet:
+        print(summary_text(report))
+        print(f"wrote        {Path(args.out) / 'weights.npz'}, data.npz, report.json")
+    return 0
+
+
+def _cmd_verify(args) -> int:
+    import json
+
+    from .data import load_dataset
+    from .model import load_weights
+    from .verify import verify
+
+    weights = load_weights(args.weights)
+    data = load_dataset(args.data)
+    v = verify(weights, data, tol=args.tol)
+    if args.json:
+        print(json.dumps(v.to_dict(), indent=2))
+    else:
+        print(f"examples     T = {v.T}\nrank Z       {v.rank_Z}   sigma_min(Z) = {v.sigma_min_Z:.3e}\n"
+              f"max |f - y|  {v.max_abs_error:.3e}  (allowed {v.tol:.1e})\n"
+              + ("PASS: every label reproduced, rank Z = T" if v.passed else
+                 "FAIL: " + ("labels not reproduced within the tolerance" if v.max_abs_error > v.tol
+                             else f"rank Z = {v.rank_Z} < T = {v.T}")))
+    return 0 if v.passed else 1
+
+
+def _cmd_assumptions(args) -> int:
+    import json
+
+    from .assumptions import assumptions_text, check_assumptions
+    from .data import load_dataset
+
+    rep = check_assumptions(load_dataset(args.data), trials=args.trials, seed=args.seed)
+    print(json.dumps(rep.to_dict(), indent=2) if args.json else assumptions_text(rep))
+    return 0
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    from .data import SYNTHETIC_KINDS
+    from .verify import DEFAULT_TOL
+
+    p = argparse.ArgumentParser(prog="mha-construct",
+                                description="Build certified memorizing weights for single-layer multi-head "
+                                            "attention (Theorem 1 of Mahdavi, Liao & Thrampoulidis, ICLR 2024).")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    b = sub.add_parser("build", help="construct weights that memorize a dataset",
+                       description="Construct weights that memorize DATA (or a synthetic problem). With no "
+                                   "data and no --synthetic: the default problem, independent contexts, "
+                                   "H = 8, n = 8, d = 16, T = 57.")
+    b.add_argument("data", nargs="?", type=Path, help=".npz with E (T,n,d), X (T,d), Y (T,d_o)")
+    b.add_argument("--heads", type=_positive, help="H (default: 8 for synthetic data, else the fewest that suffice)")
+    b.add_argument("--head-dim", type=_positive, help="d_h (default n)")
+    b.add_argument("--value-dim", type=_positive, help="d_v (default d_o)")
+    b.add_argument("--skip", action="store_true", help="skip connection: f = W_D^T(x + W_O^T[...]) (App. C)")
+    b.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
+    b.add_argument("--out", type=Path, required=True, help="folder for weights.npz, data.npz, report.json")
+    b.add_argument("--synthetic", choices=SYNTHETIC_KINDS, help="build a synthetic problem")
+    b.add_argument("--context", type=_positive, help="synthetic: context size n (default 8)")
+    b.add_argument("--dim", type=_positive, help="synthetic: token dimension d (default 16)")
+    b.add_argument("--examples", type=_positive, help="synthetic: T (default: the capacity H(k-1)+1)")
+    b.add_argument("--out-dim", type=_positive, help="synthetic: label dimension d_o (default 1)")
+    b.add_argument("--positional", action="store_true", help="synthetic: add sinusoidal positional encoding")
+    b.add_argument("--tol", type=float, default=DEFAULT_TOL,
+                   help=f"allowed max |f-y| relative to max(1, max|Y|) (default {DEFAULT_TOL:g})")
+    b.add_argument("--quiet", action="store_true", help="print nothing on success")
+    b.set_defaults(run=_cmd_build)
+
+    v = sub.add_parser("verify", help="check that weights memorize a dataset",
+                       description="Recompute Z and the outputs from the two files; exit 0 only if every label "
+                                   "is reproduced within the tolerance and rank Z = T.")
+    v.add_argument("weights", type=Path)
+    v.add_argument("data", type=Path)
+    v.add_argument("--tol", type=float, default=DEFAULT_TOL,
+                   help=f"allowed max |f-y| relative to max(1, max|Y|) (default {DEFAULT_TOL:g})")
+    v.add_argument("--json", action="store_true", help="print the result as JSON")
+    v.set_defaults(run=_cmd_verify)
+
+    a = sub.add_parser("assumptions", help="report A1, A2, A3 and general position for a dataset")
+    a.add_argument("data", type=Path)
+    a.add_argument("--trials", type=_positive, default=5000, help="sampled subsets per test (default 5000)")
+    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--json", action="store_true", help="print the report as JSON")
+    a.set_defaults(run=_cmd_assumptions)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``mha-construct`` console script; returns the exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except InputError as exc:
+        print(f"mha-construct {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except ConstructError as exc:
+        print(f"mha-construct {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"mha-construct {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"mha-construct {args.command}: interrupted; nothing written", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""End to end: the construction memorizes every dataset of the grid the issue names."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from construct import CapacityError, InputError, build, capacity, synthetic, verify
+from construct.model import feature_matrix, forward
+
+N, D = 4, 7
+GRID = list(itertools.product((1, 2, 5), (N - 2, N, N + 2), (1, 3), ("independent", "shared"), (False, True)))
+
+
+@pytest.mark.parametrize("H,d_h,d_o,kind,skip", GRID)
+def test_memorizes_at_capacity(H, d_h, d_o, kind, skip):
+    T = capacity(H, N, d_h)
+    data = synthetic(kind, T=T, n=N, d=D, d_o=d_o, seed=H * 100 + d_h)
+    result = build(data, H, head_dim=d_h, value_dim=d_o + 1, skip=skip, seed=3)
+    v = verify(result.weights, data)
+    assert v.rank_Z == T
+    assert v.max_abs_error <= 1e-9
+    assert np.abs(forward(data.E, data.X, result.weights) - data.Y).max() <= 1e-9
+    assert result.weights.skip is skip
+    assert result.capacity == T and result.k == min(N, d_h)
+
+
+def test_below_capacity_uses_fewer_heads_and_still_memorizes():
+    data = synthetic("independent", T=10, n=N, d=D, seed=1)
+    result = build(data, 5, seed=0)
+    assert len(result.heads) == 3                     # 4 + 3 + 3
+    assert verify(result.weights, data).passed
+    assert not result.weights.W_K[3:].any()           # unused heads stay zero
+
+
+def test_general_position_and_positional_encoding():
+    data = synthetic("general-position", T=capacity(3, 5, 5), n=5, d=9, d_o=2, seed=4, positional=True)
+    assert verify(build(data, 3, seed=1).weights, data).passed
+
+
+def test_same_seed_same_weights_other_seed_other_weights():
+    data = synthetic("independent", T=capacity(3, N, N), n=N, d=D, seed=0)
+    a, b, c = (build(data, 3, seed=s).weights for s in (7, 7, 8))
+    assert a.to_bytes() == b.to_bytes()
+    assert a.to_bytes() != c.to_bytes()
+
+
+def test_rows_of_each_group_hit_their_targets_and_Z_is_the_forward_pass():
+    data = synthetic("independent", T=capacity(4, N, N), n=N, d=D, seed=5)
+    result = build(data, 4, seed=2)
+    for e in result.heads:
+        assert e.target_error < 1e-9
+        if e.head > 1:
+            assert e.perturbation_bound <= 0.5 * e.sigma_min_M * (1 + 1e-12)
+            assert e.scale > 0 and e.delta_min > 0
+    Z = feature_matrix(data.E, data.X, result.weights)
+    assert np.linalg.matrix_rank(Z) == data.T
+
+
+def test_over_capacity_says_how_many_heads_suffice():
+    data = synthetic("independent", T=capacity(2, N, N) + 1, n=N, d=D, seed=0)
+    with pytest.raises(CapacityError, match="3 heads would suffice"):
+        build(data, 2)
+
+
+def test_invalid_model_shape_lists_every_problem():
+    data = synthetic("independent", T=3, n=N, d=D, d_o=3, seed=0)
+    with pytest.raises(InputError) as err:
+        build(data, 2, value_dim=2, head_dim=0)
+    assert "head dim" in str(err.value)
+    with pytest.raises(InputError) as err:
+        build(data, 2, value_dim=2)
+    assert "d_v" in str(err.value)

@@ -1,0 +1,80 @@
+"""The forward pass against a plain per-example loop, the file formats, atomic writes."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+
+from construct import InputError, as_weights, forward, load_dataset, load_weights, param_count
+from construct.io import npz_bytes, write_atomic
+from construct.model import feature_matrix
+
+from .strategies import seeds
+
+
+def naive_forward(E, X, W_K, W_Q, W_V, W_O, W_D, skip):
+    out = []
+    for Et, x in zip(E, X):
+        a = []
+        for h in range(W_K.shape[0]):
+            logits = Et @ W_K[h] @ W_Q[h].T @ x
+            s = np.exp(logits - logits.max())
+            s /= s.sum()
+            a.append(W_V[h].T @ (Et.T @ s))
+        o = W_O.T @ np.concatenate(a) + (x if skip else 0)
+        out.append(W_D.T @ o)
+    return np.array(out)
+
+
+@given(seeds)
+def test_forward_matches_the_definition(seed):
+    rng = np.random.default_rng(seed)
+    H, n, d, d_h, d_v, d_o, T = 3, 4, 5, 2, 3, 2, 6
+    arrays = dict(W_K=rng.standard_normal((H, d, d_h)), W_Q=rng.standard_normal((H, d, d_h)),
+                  W_V=rng.standard_normal((H, d, d_v)), W_O=rng.standard_normal((H * d_v, d)),
+                  W_D=rng.standard_normal((d, d_o)), skip=bool(rng.integers(2)))
+    w = as_weights(**arrays)
+    E, X = rng.standard_normal((T, n, d)), rng.standard_normal((T, d))
+    assert np.allclose(forward(E, X, w), naive_forward(E, X, **arrays))
+    assert feature_matrix(E, X, w).shape == (T, H * d)
+    assert w.parameters == param_count(H, d, d_h, d_v, d_o) == H * d * (2 * d_h + d_v) + H * d_v * d + d * d_o
+
+
+def test_weights_round_trip_and_bytes_are_reproducible(tmp_path):
+    rng = np.random.default_rng(0)
+    w = as_weights(rng.random((2, 3, 2)), rng.random((2, 3, 2)), rng.random((2, 3, 1)), rng.random((2, 3)),
+                   rng.random((3, 1)), True)
+    path = tmp_path / "w.npz"
+    path.write_bytes(w.to_bytes())
+    back = load_weights(path)
+    assert back.skip is True and np.array_equal(back.W_K, w.W_K)
+    assert back.to_bytes() == w.to_bytes()
+    with np.load(path, allow_pickle=False) as z:                  # loads with plain numpy
+        assert set(z.files) == {"W_K", "W_Q", "W_V", "W_O", "W_D", "skip"}
+
+
+def test_inconsistent_weights_are_named(tmp_path):
+    path = tmp_path / "w.npz"
+    path.write_bytes(npz_bytes(dict(W_K=np.zeros((2, 3, 2)), W_Q=np.zeros((2, 3, 1)), W_V=np.zeros((2, 3, 1)),
+                                    W_O=np.zeros((5, 3)), W_D=np.zeros((3, 1)), skip=np.asarray(False))))
+    with pytest.raises(InputError) as err:
+        load_weights(path)
+    assert "W_Q" in str(err.value) and "W_O" in str(err.value)
+
+
+def test_one_dimensional_labels_mean_d_o_1(tmp_path):
+    path = tmp_path / "d.npz"
+    path.write_bytes(npz_bytes(dict(E=np.eye(3)[None].repeat(2, 0), X=np.eye(3)[:2], Y=np.array([1.0, 2.0]))))
+    assert load_dataset(path).Y.shape == (2, 1)
+
+
+def test_atomic_write_leaves_no_partial_file(tmp_path):
+    target = tmp_path / "sub" / "f.bin"
+    write_atomic(target, b"abc")
+    assert target.read_bytes() == b"abc"
+
+    class Boom(bytes):
+        pass
+
+    with pytest.raises(TypeError):
+        write_atomic(tmp_path / "g.bin", object())           # fails while writing
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sub"]

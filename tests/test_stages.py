@@ -1,0 +1,111 @@
+"""Property tests of the statements each stage of the construction relies on."""
+
+import numpy as np
+from hypothesis import given, strategies as st
+
+from construct.claim1 import claim1_factors, interior_targets
+from construct.model import head_attention, head_logits, softmax
+from construct.readout import min_norm_solve, readout_weights
+from construct.rowreduce import RowSpaceFactor
+from construct.saturation import explicit_scale, rank_perturbation_bound, saturation_bound
+from construct.separator import rank_one_separator
+
+from .strategies import seeds
+
+
+@given(seeds, st.integers(1, 6), st.integers(0, 4))
+def test_claim1_realizes_any_interior_targets_exactly(seed, n, extra):
+    rng = np.random.default_rng(seed)
+    d = n + extra
+    m = rng.integers(1, n + 1)
+    E = rng.standard_normal((m, n, d))
+    X = rng.standard_normal((m, d))
+    s = interior_targets(rng, m, n)
+    K, Q = claim1_factors(E, X, s)
+    assert np.allclose(head_attention(E, X, K, Q), s, rtol=1e-9, atol=1e-12)
+    assert np.linalg.matrix_rank(K @ Q.T) <= m
+
+
+@given(seeds, st.integers(2, 6), st.integers(1, 4), st.integers(1, 8))
+def test_lemma3_separator_vanishes_on_S_and_separates_the_rest(seed, n, extra, count):
+    rng = np.random.default_rng(seed)
+    d = n + extra
+    X_S = rng.standard_normal((n - 1, d))
+    E_A, X_A = rng.standard_normal((count, n, d)), rng.standard_normal((count, d))
+    sep = rank_one_separator(X_S, E_A, X_A, rng)
+    assert np.abs(X_S @ sep.b).max() <= 1e-12 * np.abs(X_S).max()
+    assert (sep.delta > 0).all()
+    assert (sep.g[np.arange(count), sep.j_star] == sep.g.max(axis=1)).all()
+
+
+@given(seeds, st.integers(2, 8), st.floats(0.0, 60.0))
+def test_lemma4_bound_holds(seed, n, c):
+    rng = np.random.default_rng(seed)
+    ell = rng.standard_normal(n) * rng.uniform(0, 3)
+    g = rng.standard_normal(n)
+    j = np.argmax(g)
+    delta = g[j] - np.partition(g, -2)[-2]
+    dist = np.abs(softmax(ell + c * g) - np.eye(n)[j]).sum()
+    assert dist <= saturation_bound(np.abs(ell).max(), delta, c, n) * (1 + 1e-9) + 1e-15
+
+
+@given(seeds)
+def test_explicit_scale_meets_its_condition(seed):
+    rng = np.random.default_rng(seed)
+    ell_inf, delta = rng.uniform(0, 5, 10), rng.uniform(1e-6, 1, 10)
+    args = dict(C_norm=rng.uniform(0.1, 10), rho=rng.uniform(0.1, 10), ell_inf=ell_inf, delta=delta, n=6)
+    sigma = rng.uniform(1e-6, 1)
+    c = explicit_scale(**args, sigma_min_M=sigma)
+    assert rank_perturbation_bound(**args, c=c) <= 0.5 * sigma * (1 + 1e-9)
+    if c > 0:
+        assert rank_perturbation_bound(**args, c=0.99 * c) > 0.5 * sigma
+
+
+@given(seeds, st.lists(st.integers(1, 5), min_size=1, max_size=6), st.booleans())
+def test_incremental_factor_matches_direct_projection(seed, sizes, ill):
+    rng = np.random.default_rng(seed)
+    T, F = sum(sizes), 6 * len(sizes) + 6
+    Z = rng.standard_normal((T, F))
+    if ill:
+        Z = Z @ np.diag(np.logspace(0, -6, F))
+    factor = RowSpaceFactor(Z)
+    stop = sizes[0]
+    factor.stage(stop)
+    for i, m in enumerate(sizes[1:], start=1):
+        f = 6 * i
+        factor.add_features(f)
+        factor.commit()
+        C = factor.stage(stop + m)
+        expected = Z[stop:stop + m, :f] @ np.linalg.pinv(Z[:stop, :f])
+        assert np.allclose(C, expected, atol=1e-7 * max(1, np.abs(expected).max()))
+        stop += m
+    factor.add_features(F)
+    factor.commit()
+    G = Z @ Z.T
+    assert np.allclose(factor.R.T @ factor.R, G, atol=1e-10 * np.abs(G).max())
+
+
+@given(seeds, st.integers(1, 4), st.integers(1, 3))
+def test_readout_factorization_reproduces_B(seed, H, d_o):
+    rng = np.random.default_rng(seed)
+    d, d_v = 5, d_o + rng.integers(0, 3)
+    T = rng.integers(1, H * d + 1)
+    Z = rng.standard_normal((T, H * d))
+    Y = rng.standard_normal((T, d_o))
+    R = np.linalg.qr(Z.T, mode="r")
+    B = min_norm_solve(Z, R, Y)
+    assert np.allclose(Z @ B, Y, atol=1e-8)
+    W_V, W_O, W_D = readout_weights(B, H, d, d_v)
+    blk = np.zeros((H * d, H * d_v))
+    for h in range(H):
+        blk[h * d:(h + 1) * d, h * d_v:(h + 1) * d_v] = W_V[h]
+    assert np.allclose(blk @ W_O @ W_D, B, atol=1e-14)
+
+
+@given(seeds)
+def test_head_logits_match_the_definition(seed):
+    rng = np.random.default_rng(seed)
+    E, X = rng.standard_normal((3, 4, 5)), rng.standard_normal((3, 5))
+    W_K, W_Q = rng.standard_normal((5, 2)), rng.standard_normal((5, 2))
+    expected = np.stack([E[t] @ W_K @ W_Q.T @ X[t] for t in range(3)])
+    assert np.allclose(head_logits(E, X, W_K, W_Q), expected)
