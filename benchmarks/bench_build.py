@@ -1,0 +1,76 @@
+"""Build + verify against the floor, measured in one run (issue #2, acceptance).
+
+For each H (n = 32, d = 64, T = H·31 + 1): the time of ``build`` and of ``verify`` on the result,
+and the floor for the same problem: one forward pass of the built model plus one QR
+factorization of Z (the least any construction that checks its rank must do). Prints the ratio
+(build + verify) / floor, the max error, and the peak memory of build + verify (tracemalloc, in a
+separate pass so that tracing does not distort the timings). The best of ``--repeat`` runs is
+taken for every timing.
+
+    python benchmarks/bench_build.py [--heads 8 32 64] [--kind independent shared] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import tracemalloc
+
+import numpy as np
+
+from construct import build, synthetic, verify
+from construct.linalg import qr_r
+from construct.model import feature_matrix, output_from_features
+
+
+def best(fn, repeat):
+    times, out = [], None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return min(times), out
+
+
+def peak_mib(fn) -> float:
+    tracemalloc.start()
+    fn()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak / 2**20
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--heads", type=int, nargs="+", default=[8, 32, 64])
+    p.add_argument("--kind", nargs="+", default=["independent", "shared"])
+    p.add_argument("--context", type=int, default=32)
+    p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--repeat", type=int, default=3)
+    args = p.parse_args()
+    n, d = args.context, args.dim
+    print(f"n = {n}, d = {d}; best of {args.repeat}; floor = one forward pass + one QR of Z")
+    print(f"{'kind':<12}{'H':>4}{'T':>6}{'build s':>10}{'verify s':>10}{'floor s':>10}{'ratio':>8}"
+          f"{'max err':>11}{'sigma_min Z':>13}{'peak MiB':>10}")
+    for kind in args.kind:
+        for H in args.heads:
+            T = H * (n - 1) + 1
+            data = synthetic(kind, T=T, n=n, d=d, seed=0)
+            t_build, result = best(lambda: build(data, H, seed=0), args.repeat)
+            t_verify, v = best(lambda: verify(result.weights, data), args.repeat)
+
+            def floor():
+                Z = feature_matrix(data.E, data.X, result.weights)
+                output_from_features(Z, data.X, result.weights)
+                return qr_r(Z.T)
+
+            t_floor, _ = best(floor, args.repeat)
+            mem = peak_mib(lambda: verify(build(data, H, seed=0).weights, data))
+            ratio = (t_build + t_verify) / t_floor
+            print(f"{kind:<12}{H:>4}{T:>6}{t_build:>10.3f}{t_verify:>10.3f}{t_floor:>10.3f}{ratio:>8.2f}"
+                  f"{v.max_abs_error:>11.2e}{v.sigma_min_Z:>13.3e}{mem:>10.1f}")
+            assert v.passed and np.isfinite(ratio)
+
+
+if __name__ == "__main__":
+    main()
