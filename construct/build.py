@@ -12,6 +12,7 @@ from typing import Callable
 
 import numpy as np
 
+from .assumptions import a2_violations
 from .claim1 import claim1_factors, interior_targets
 from .data import Dataset
 from .errors import CapacityError, ConstructionError, InputError
@@ -128,9 +129,7 @@ def validate(data: Dataset, H: int, d_h: int, d_v: int) -> int:
     if d_o > d:
         problems.append(f"Y: d_o = {d_o} output columns exceed the token dimension d = {d}")
     if n <= d:
-        s = np.linalg.svd(data.E, compute_uv=False)            # (T, n), batched
-        tol = max(n, d) * EPS * s[:, :1]
-        bad = np.flatnonzero((s <= tol).any(axis=1))
+        bad = a2_violations(data.E)
         if bad.size:
             shown = ", ".join(map(str, bad[:20])) + (f", … ({bad.size} in all)" if bad.size > 20 else "")
             problems.append(f"E: context of example(s) {shown} is not of full row rank (A2 needs "

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .data import Dataset
-from .linalg import qr_r, rank_tol, triangular_extremes
+from .linalg import numerical_rank, qr_r, rank_tol, triangular_extremes
 from .model import Weights, check_compatible, feature_matrix, output_from_features
 
 DEFAULT_TOL = 1e-8
@@ -48,13 +48,21 @@ class Verification:
 
 def check(Z: np.ndarray, R: np.ndarray, weights: Weights, data: Dataset,
           tol: float = DEFAULT_TOL) -> Verification:
-    """Verify from a computed feature matrix ``Z`` (T, H·d) and the ``R`` of ``Z^T = Q R``."""
+    """Verify from a computed feature matrix ``Z`` (T, H·d) and the ``R`` of ``Z^T = Q R``.
+
+    ``R`` is used when ``Z`` has at least as many columns as rows; otherwise ``rank Z < T`` and
+    the rank comes from the singular values of ``Z`` itself.
+    """
     out = output_from_features(Z, data.X, weights)
     err = float(np.abs(out - data.Y).max())
-    s_max, s_min = triangular_extremes(R)
-    rtol = rank_tol(s_max, Z.shape)
-    # σ_min(Z) > tolerance ⇔ all T singular values count: rank Z = T.
-    rank = data.T if s_min > rtol else int(np.sum(np.linalg.svd(R, compute_uv=False) > rtol))
+    if Z.shape[1] < Z.shape[0]:                     # fewer features than examples: rank Z < T
+        rank, s = numerical_rank(Z)
+        s_max, s_min, rtol = float(s[0]), 0.0, rank_tol(s[0], Z.shape)
+    else:
+        s_max, s_min = triangular_extremes(R)
+        rtol = rank_tol(s_max, Z.shape)
+        # σ_min(Z) > tolerance ⇔ all T singular values count: rank Z = T.
+        rank = data.T if s_min > rtol else numerical_rank(R)[0]
     allowed = tol * max(1.0, float(np.abs(data.Y).max()))
     return Verification(T=data.T, rank_Z=rank, sigma_min_Z=s_min, sigma_max_Z=s_max, rank_tol=rtol,
                         max_abs_error=err, tol=allowed, passed=bool(err <= allowed and rank == data.T))

@@ -71,3 +71,19 @@ def test_invalid_model_shape_lists_every_problem():
     with pytest.raises(InputError) as err:
         build(data, 2, value_dim=2)
     assert "d_v" in str(err.value)
+
+
+def test_verify_reports_rank_deficiency_when_weights_have_too_few_features():
+    small = synthetic("independent", T=capacity(1, N, N), n=N, d=D, seed=0)
+    weights = build(small, 1, seed=0).weights                      # H·d = 7 features
+    many = synthetic("independent", T=12, n=N, d=D, seed=1)
+    v = verify(weights, many)
+    assert not v.passed and v.rank_Z <= 7 < v.T and v.sigma_min_Z == 0.0
+
+
+def test_a_rank_deficient_context_is_reported_before_any_work():
+    data = synthetic("independent", T=5, n=N, d=D, seed=0)
+    E = data.E.copy()
+    E[3, 2] = E[3, 0] + E[3, 1]
+    with pytest.raises(InputError, match=r"example\(s\) 3"):
+        build(type(data)(E, data.X, data.Y), 2)
