@@ -147,7 +147,7 @@ def validate(data: Dataset, H: int, d_h: int, d_v: int) -> int:
     return k
 
 
-def _fit_group(data: Dataset, S: range, k_cols: int, F: np.ndarray, rng: np.random.Generator):
+def _fit_group(data: Dataset, S: range, F: np.ndarray, rng: np.random.Generator):
     """Claim 1 on group ``S`` with targets whose reduced rows ``M = E^T s − F`` have full row rank."""
     E_S, X_S = data.E[S.start:S.stop], data.X[S.start:S.stop]
     for draw in range(1, _MAX_DRAWS + 1):
@@ -161,7 +161,7 @@ def _fit_group(data: Dataset, S: range, k_cols: int, F: np.ndarray, rng: np.rand
                             f"rows after {_MAX_DRAWS} draws (contexts nearly dependent across examples?)")
 
 
-def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, k: int, seed: int,
+def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed: int,
                      progress: Progress | None, threads: int):
     """Stages 3-4: head 1 by Claim 1, heads 2.. by Lemma 3, the row reduction and Claim 2.
 
@@ -182,7 +182,7 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, k: in
         a = S.start                                                  # fitted examples: 0..a−1
         if h == 0:
             factor.stage(S.stop)
-            s, K, Q, sigma_M, draws = _fit_group(data, S, k, np.zeros((len(S), d)), rng)
+            s, K, Q, sigma_M, draws = _fit_group(data, S, np.zeros((len(S), d)), rng)
             W_K[h, :, :len(S)], W_Q[h, :, :len(S)] = K, Q
             c = C_norm = ell_max = bound = rounding = 0.0
             delta_min = None
@@ -199,7 +199,7 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, k: in
             factor.add_features(h * d)                               # row reduction: C = Z'_S (Z'_A)^+
             factor.commit()
             C = factor.stage(S.stop)
-            s, K, Q, sigma_M, more = _fit_group(data, S, k, C @ Z_bar, rng)
+            s, K, Q, sigma_M, more = _fit_group(data, S, C @ Z_bar, rng)
             draws += more - 1
             ell = head_logits(data.E[:a], data.X[:a], K, Q)          # ℓ^(t) = E W_S x on earlier rows
             ell_inf = np.abs(ell).max(axis=1)
@@ -264,7 +264,7 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
     clock = time.perf_counter()
     threads = blas_threads()
     with blas_limit(1):                  # many small operations: see construct.linalg.blas_limit
-        W_K, W_Q, Z, factor, evidence = _construct_heads(data, groups, H, d_h, k, seed, progress, threads)
+        W_K, W_Q, Z, factor, evidence = _construct_heads(data, groups, H, d_h, seed, progress, threads)
     timings["heads"] = time.perf_counter() - clock
 
     clock = time.perf_counter()

@@ -67,15 +67,6 @@ def sha256(payload: bytes) -> str:
     return hashlib.sha256(payload).hexdigest()
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-    """Hex sha256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def load_npz(path: str | os.PathLike, *, what: str) -> dict[str, np.ndarray]:
     """Read every array of an ``.npz`` with ``allow_pickle=False``.
 

@@ -69,11 +69,12 @@ class RowSpaceFactor:
             ZV = Z_A @ V.T
         W = tri_solve(self.R, ZV, trans="T")
         C = tri_solve(self.R, W).T
-        G = V @ V.T - W.T @ W                       # Gram matrix of the residual
+        VV = V @ V.T
+        G = VV - W.T @ W                            # Gram matrix of the residual
         rcond, _ = lapack.dtrcon(self.R)
         lam = np.linalg.eigvalsh(G)[0] if m else 1.0
         accurate = (rcond > 0 and EPS / rcond**2 <= _SEMI_NORMAL_ACCURACY
-                    and lam > EPS * np.trace(G + W.T @ W) / _SEMI_NORMAL_ACCURACY)
+                    and lam > EPS * np.trace(VV) / _SEMI_NORMAL_ACCURACY)
         if accurate:
             Rres = sla.cholesky(G, lower=False, check_finite=False)
         else:
@@ -112,8 +113,8 @@ class RowSpaceFactor:
             self._Rres = qr_r(np.vstack([self._Rres, staged_new]))
         self.f = f_new
 
-    def commit(self) -> float:
-        """Border ``R`` with the staged group; returns the smallest diagonal entry of its block.
+    def commit(self) -> None:
+        """Border ``R`` with the staged group.
 
         Raises:
             ConstructionError: the staged rows are numerically dependent on the fitted ones.
@@ -129,5 +130,4 @@ class RowSpaceFactor:
         R[a:, a:] = Rres
         self.R, self.a = R, stop
         self._W = np.zeros((stop, 0), order="F")
-        return float(np.abs(np.diag(Rres)).min()) if m else 0.0
 

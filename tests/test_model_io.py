@@ -72,9 +72,6 @@ def test_atomic_write_leaves_no_partial_file(tmp_path):
     write_atomic(target, b"abc")
     assert target.read_bytes() == b"abc"
 
-    class Boom(bytes):
-        pass
-
     with pytest.raises(TypeError):
         write_atomic(tmp_path / "g.bin", object())           # fails while writing
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sub"]
