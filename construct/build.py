@@ -16,7 +16,7 @@ from .assumptions import a2_violations
 from .claim1 import claim1_factors, interior_targets
 from .data import Dataset
 from .errors import CapacityError, ConstructionError, InputError
-from .linalg import EPS, blas_limit, blas_threads, numerical_rank
+from .linalg import EPS, blas_limit, blas_threads, numerical_rank, spectral_norm
 from .model import Weights, head_features, head_logits, param_count
 from .partition import partition
 from .readout import min_norm_solve, readout_target, readout_weights
@@ -203,7 +203,7 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed:
             draws += more - 1
             ell = head_logits(data.E[:a], data.X[:a], K, Q)          # ℓ^(t) = E W_S x on earlier rows
             ell_inf = np.abs(ell).max(axis=1)
-            C_norm = float(np.linalg.norm(C, 2))
+            C_norm = spectral_norm(C)
             rho = float(token_norms[:a].max())
             c = explicit_scale(C_norm, rho, ell_inf, sep.delta, n, sigma_M)
             bound = rank_perturbation_bound(C_norm, rho, ell_inf, sep.delta, c, n)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg as sla
 import scipy.sparse.linalg as spla
-from threadpoolctl import threadpool_info, threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 EPS = float(np.finfo(np.float64).eps)
 
@@ -18,9 +18,21 @@ EPS = float(np.finfo(np.float64).eps)
 _DENSE_SVD_LIMIT = 600
 
 
+_controller: ThreadpoolController | None = None
+
+
+def _threadpools() -> ThreadpoolController:
+    """The process's thread pools, inspected once (inspection scans every loaded library)."""
+    global _controller
+    if _controller is None:
+        _controller = ThreadpoolController()
+    return _controller
+
+
 def blas_threads() -> int:
     """Threads the BLAS libraries use now (the largest pool; 1 if none is found)."""
-    return max([p.get("num_threads", 1) for p in threadpool_info() if p.get("user_api") == "blas"] or [1])
+    pools = _threadpools().select(user_api="blas").lib_controllers
+    return max([p.num_threads for p in pools] or [1])
 
 
 def blas_limit(threads: int):
@@ -29,7 +41,7 @@ def blas_limit(threads: int):
     The construction runs its many small, skinny operations on one thread (on OpenBLAS two
     threads ran them 2-20x slower on the 2-core CI machine) and its large products on all.
     """
-    return threadpool_limits(limits=threads, user_api="blas")
+    return _threadpools().limit(limits=threads, user_api="blas")
 
 
 def tri_solve(R: np.ndarray, rhs: np.ndarray, trans: str = "N") -> np.ndarray:
@@ -49,6 +61,14 @@ def gram_solve(R: np.ndarray, rhs: np.ndarray) -> np.ndarray:
 def rank_tol(sigma_max: float, shape: tuple[int, ...]) -> float:
     """The rank tolerance for a matrix of ``shape`` whose largest singular value is ``sigma_max``."""
     return max(shape) * EPS * float(sigma_max)
+
+
+def spectral_norm(A: np.ndarray) -> float:
+    """``‖A‖_2``, from the eigenvalues of the smaller Gram matrix (the largest is well conditioned)."""
+    if A.size == 0:
+        return 0.0
+    G = A @ A.T if A.shape[0] <= A.shape[1] else A.T @ A
+    return float(np.sqrt(max(np.linalg.eigvalsh(G)[-1], 0.0)))
 
 
 def numerical_rank(A: np.ndarray) -> tuple[int, np.ndarray]:
