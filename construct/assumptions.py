@@ -79,8 +79,9 @@ class KruskalCheck:
     holds: bool
 
 
-def _kruskal_check(V: np.ndarray, required: int, vectors: str, trials: int, seed: int,
-                   budget: int) -> KruskalCheck:
+def kruskal_check(V: np.ndarray, required: int, vectors: str, trials: int = SAMPLED_TRIALS, seed: int = 0,
+                  budget: int = EXACT_BUDGET) -> KruskalCheck:
+    """Whether the rows of ``V`` have Kruskal rank ≥ ``required``: exact when the budget allows, else sampled."""
     frac = sampled_independence(V, required, trials, seed)
     exact = kruskal_rank(V, budget)
     sampled_holds = frac >= SAMPLED_THRESHOLD
@@ -117,10 +118,10 @@ def check_assumptions(data: Dataset, trials: int = SAMPLED_TRIALS, seed: int = 0
     a3_vectors = data.X + data.E.mean(axis=1)
     return AssumptionReport(
         T=T, n=n, d=d,
-        a1=_kruskal_check(data.X, n, "queries x", trials, seed, budget),
+        a1=kruskal_check(data.X, n, "queries x", trials, seed, budget),
         a2_violations=[int(i) for i in bad], a2=bad.size == 0,
-        a3=_kruskal_check(a3_vectors, n, "x + mean_i e_i", trials, seed, budget),
-        general_position=_kruskal_check(data.X, min(T, d), "queries x", trials, seed, budget),
+        a3=kruskal_check(a3_vectors, n, "x + mean_i e_i", trials, seed, budget),
+        general_position=kruskal_check(data.X, min(T, d), "queries x", trials, seed, budget),
     )
 
 

@@ -65,6 +65,32 @@ class HeadEvidence:
     draws: int
 
 
+@dataclass(frozen=True)
+class HeadTrace:
+    """The arrays one head's step produced (kept only with ``build(..., trace=True)``).
+
+    Attributes:
+        examples: the group ``S`` it fits.
+        targets: the attention targets ``s^(t)`` on ``S``, shape (|S|, n).
+        a, b: Lemma 3's separator ``W' = a b^T`` (None for head 1), shape (d,) each.
+        j_star: the token each earlier example saturates to, ``j*(t)`` for ``t ∈ A``, shape (|A|,).
+        delta: Lemma 3's gaps ``δ_t``, shape (|A|,).
+        C: the row reduction's ``Z'_S (Z'_A)^+``, shape (|S|, |A|).
+        F: ``C Z̄_A``, shape (|S|, d).
+        M: the reduced new rows ``E^(t)T s^(t) − f^(t)``, shape (|S|, d).
+    """
+
+    examples: range
+    targets: np.ndarray
+    a: np.ndarray | None
+    b: np.ndarray | None
+    j_star: np.ndarray
+    delta: np.ndarray
+    C: np.ndarray
+    F: np.ndarray
+    M: np.ndarray
+
+
 @dataclass
 class BuildResult:
     """Weights and the evidence that they memorize the dataset.
@@ -78,6 +104,7 @@ class BuildResult:
         verification: the final check by the forward pass (rank Z, max error).
         seed: the random seed; the same seed gives identical weights.
         timings: seconds per stage.
+        trace: per head, the arrays of its step (empty unless built with ``trace=True``).
     """
 
     weights: Weights
@@ -88,6 +115,7 @@ class BuildResult:
     verification: Verification
     seed: int
     timings: dict[str, float] = field(default_factory=dict)
+    trace: list[HeadTrace] = field(default_factory=list)
 
     @property
     def max_abs_error(self) -> float:
@@ -156,17 +184,18 @@ def _fit_group(data: Dataset, S: range, F: np.ndarray, rng: np.random.Generator)
         rank, sv = numerical_rank(M)
         if rank == len(S):
             K, Q = claim1_factors(E_S, X_S, s)
-            return s, K, Q, float(sv[-1]), draw
+            return s, K, Q, M, float(sv[-1]), draw
     raise ConstructionError(f"examples {S.start}..{S.stop - 1}: no targets with linearly independent reduced "
                             f"rows after {_MAX_DRAWS} draws (contexts nearly dependent across examples?)")
 
 
 def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed: int,
-                     progress: Progress | None, threads: int):
+                     progress: Progress | None, threads: int, trace: list[HeadTrace] | None):
     """Stages 3-4: head 1 by Claim 1, heads 2.. by Lemma 3, the row reduction and Claim 2.
 
     Returns ``W_K``, ``W_Q`` (H, d, d_h), the feature matrix ``Z`` (T, H·d) computed head by head
     with the forward pass's own :func:`head_features`, the factor of ``Z`` and the evidence.
+    Appends each head's arrays to ``trace`` unless it is None.
     """
     T, n, d = data.T, data.n, data.d
     rng = np.random.default_rng(seed)
@@ -182,10 +211,11 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed:
         a = S.start                                                  # fitted examples: 0..a−1
         if h == 0:
             factor.stage(S.stop)
-            s, K, Q, sigma_M, draws = _fit_group(data, S, np.zeros((len(S), d)), rng)
+            C, F = np.zeros((len(S), 0)), np.zeros((len(S), d))
+            s, K, Q, M, sigma_M, draws = _fit_group(data, S, F, rng)
             W_K[h, :, :len(S)], W_Q[h, :, :len(S)] = K, Q
             c = C_norm = ell_max = bound = rounding = 0.0
-            delta_min = None
+            delta_min, sep = None, None
         else:
             X_S = data.X[S.start:S.stop]
             for draws in range(1, _MAX_DRAWS + 1):                  # Lemma 3
@@ -199,7 +229,8 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed:
             factor.add_features(h * d)                               # row reduction: C = Z'_S (Z'_A)^+
             factor.commit()
             C = factor.stage(S.stop)
-            s, K, Q, sigma_M, more = _fit_group(data, S, C @ Z_bar, rng)
+            F = C @ Z_bar
+            s, K, Q, M, sigma_M, more = _fit_group(data, S, F, rng)
             draws += more - 1
             ell = head_logits(data.E[:a], data.X[:a], K, Q)          # ℓ^(t) = E W_S x on earlier rows
             ell_inf = np.abs(ell).max(axis=1)
@@ -219,6 +250,12 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed:
             head=h + 1, examples=[S.start, S.stop - 1], scale=c, delta_min=delta_min, sigma_min_M=sigma_M,
             C_norm=C_norm, ell_inf_max=ell_max, perturbation_bound=bound, rounding_estimate=rounding,
             target_error=float(np.abs(Z[S.start:S.stop, cols] - target_rows).max()), draws=draws))
+        if trace is not None:
+            empty = np.zeros(0, dtype=int)
+            trace.append(HeadTrace(
+                examples=S, targets=s, a=None if sep is None else sep.a, b=None if sep is None else sep.b,
+                j_star=empty if sep is None else sep.j_star, delta=np.zeros(0) if sep is None else sep.delta,
+                C=C, F=F, M=M))
         if progress is not None:
             progress(h + 1, len(groups))
     for h in range(len(groups), H):                                  # unused heads: W = 0, uniform
@@ -228,7 +265,7 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed:
 
 def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: int | None = None,
           skip: bool = False, seed: int = 0, tol: float = DEFAULT_TOL,
-          progress: Progress | None = None) -> BuildResult:
+          progress: Progress | None = None, trace: bool = False) -> BuildResult:
     """Construct weights that memorize ``data`` exactly (Theorem 1; MATH.md §4).
 
     Args:
@@ -240,6 +277,8 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
         seed: seed of every random draw; the same seed gives identical weights.
         tol: verification tolerance (relative to ``max(1, max|Y|)``).
         progress: called as ``progress(head, heads_used)`` after each head.
+        trace: keep every head's arrays (:class:`HeadTrace`) in the result, for checking the
+            steps against the paper's statements (``proofs``) and for teaching; O(T²) memory.
 
     Returns:
         :class:`BuildResult` with the weights and the evidence.
@@ -264,7 +303,9 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
     clock = time.perf_counter()
     threads = blas_threads()
     with blas_limit(1):                  # many small operations: see construct.linalg.blas_limit
-        W_K, W_Q, Z, factor, evidence = _construct_heads(data, groups, H, d_h, seed, progress, threads)
+        traces: list[HeadTrace] | None = [] if trace else None
+        W_K, W_Q, Z, factor, evidence = _construct_heads(data, groups, H, d_h, seed, progress, threads,
+                                                         traces)
     timings["heads"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
@@ -282,7 +323,7 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
     verification = check(Z, R, weights, data, tol)
     timings["verify"] = time.perf_counter() - clock
     result = BuildResult(weights=weights, data=data, k=k, capacity=capacity(H, n, d_h), heads=evidence,
-                         verification=verification, seed=seed, timings=timings)
+                         verification=verification, seed=seed, timings=timings, trace=traces or [])
     if not verification.passed:
         raise ConstructionError(
             f"verification failed: rank Z = {verification.rank_Z} of T = {T}, max |f − y| = "

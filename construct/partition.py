@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import InputError
-from .linalg import numerical_rank, rank_tol
+from .linalg import EPS, numerical_rank, rank_tol
 
 _MAX_REPORTED = 20
 
@@ -42,6 +42,22 @@ def _dependent_members(X_S: np.ndarray, first: int) -> list[int]:
     return out
 
 
+def span_distances(X_S: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distance of each row of ``V`` (p, d) to the span of the rows of ``X_S`` (m, d), full row rank.
+
+    Returns:
+        The distances, shape (p,), and the tolerance below which each counts as zero: the
+        rounding bound of the projection, ``2(m + 1) d ε`` times the larger of ``‖X_S‖_2`` and
+        ``‖v‖`` (measured worst case on random spans: about half of it).
+    """
+    m, d = X_S.shape
+    Q, _ = np.linalg.qr(X_S.T)
+    dist = np.linalg.norm(V - (V @ Q) @ Q.T, axis=1)
+    s_max = np.linalg.norm(X_S, 2) if X_S.size else 0.0
+    scale = np.maximum(s_max, np.linalg.norm(V, axis=1))
+    return dist, 2 * (m + 1) * d * EPS * scale
+
+
 def partition(X: np.ndarray, k: int) -> list[range]:
     """Partition the examples with queries ``X`` (T, d) into groups satisfying §4.2's condition.
 
@@ -57,7 +73,7 @@ def partition(X: np.ndarray, k: int) -> list[range]:
     problems: list[str] = []
     for h, G in enumerate(groups, start=1):
         X_S = X[G.start:G.stop]
-        rank, s = numerical_rank(X_S.T)
+        rank, _ = numerical_rank(X_S.T)
         if rank < len(G):
             bad = _dependent_members(X_S, G.start) or list(G)
             problems.append(f"X: the queries of group G_{h} (examples {G.start}..{G.stop - 1}) are linearly "
@@ -65,11 +81,7 @@ def partition(X: np.ndarray, k: int) -> list[range]:
             continue
         if h == 1:
             continue
-        Q, _ = np.linalg.qr(X_S.T)
-        earlier = X[:G.start]
-        resid = np.linalg.norm(earlier - (earlier @ Q) @ Q.T, axis=1)
-        scale = np.maximum(s[0], np.linalg.norm(earlier, axis=1))
-        tol = np.array([rank_tol(v, (X.shape[1], len(G) + 1)) for v in scale])
+        resid, tol = span_distances(X_S, X[:G.start])
         inside = np.flatnonzero(resid <= tol)
         for t in inside[:_MAX_REPORTED]:
             problems.append(f"X: the query of example {int(t)} lies in the span of the queries of group G_{h} "
