@@ -3,50 +3,12 @@
 import numpy as np
 from hypothesis import given, strategies as st
 
-from construct.claim1 import claim1_factors, interior_targets
-from construct.model import head_attention, head_logits, softmax
+from construct.model import head_logits
 from construct.readout import min_norm_solve, readout_weights
 from construct.rowreduce import RowSpaceFactor
-from construct.saturation import explicit_scale, rank_perturbation_bound, saturation_bound
-from construct.separator import rank_one_separator
+from construct.saturation import explicit_scale, rank_perturbation_bound
 
 from .strategies import seeds
-
-
-@given(seeds, st.integers(1, 6), st.integers(0, 4))
-def test_claim1_realizes_any_interior_targets_exactly(seed, n, extra):
-    rng = np.random.default_rng(seed)
-    d = n + extra
-    m = rng.integers(1, n + 1)
-    E = rng.standard_normal((m, n, d))
-    X = rng.standard_normal((m, d))
-    s = interior_targets(rng, m, n)
-    K, Q = claim1_factors(E, X, s)
-    assert np.allclose(head_attention(E, X, K, Q), s, rtol=1e-9, atol=1e-12)
-    assert np.linalg.matrix_rank(K @ Q.T) <= m
-
-
-@given(seeds, st.integers(2, 6), st.integers(1, 4), st.integers(1, 8))
-def test_lemma3_separator_vanishes_on_S_and_separates_the_rest(seed, n, extra, count):
-    rng = np.random.default_rng(seed)
-    d = n + extra
-    X_S = rng.standard_normal((n - 1, d))
-    E_A, X_A = rng.standard_normal((count, n, d)), rng.standard_normal((count, d))
-    sep = rank_one_separator(X_S, E_A, X_A, rng)
-    assert np.abs(X_S @ sep.b).max() <= 1e-12 * np.abs(X_S).max()
-    assert (sep.delta > 0).all()
-    assert (sep.g[np.arange(count), sep.j_star] == sep.g.max(axis=1)).all()
-
-
-@given(seeds, st.integers(2, 8), st.floats(0.0, 60.0))
-def test_lemma4_bound_holds(seed, n, c):
-    rng = np.random.default_rng(seed)
-    ell = rng.standard_normal(n) * rng.uniform(0, 3)
-    g = rng.standard_normal(n)
-    j = np.argmax(g)
-    delta = g[j] - np.partition(g, -2)[-2]
-    dist = np.abs(softmax(ell + c * g) - np.eye(n)[j]).sum()
-    assert dist <= saturation_bound(np.abs(ell).max(), delta, c, n) * (1 + 1e-9) + 1e-15
 
 
 @given(seeds)

@@ -1,0 +1,34 @@
+"""Appendix C: with the skip connection ``o = x + W_O^T[a_1; …; a_H]``, memorize ``y − x[:d_o]``.
+
+The skip adds ``x`` to the attention output before ``W_D = [I_{d_o}; 0]``, so the readout fits the
+shifted labels ``y^(t) − x^(t)[:d_o]`` on the same feature matrix ``Z``; the capacity is unchanged.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from construct.data import Dataset
+from construct.model import feature_matrix, forward, output_from_features
+
+from . import theorem1
+from .check import Check
+
+STATEMENT = "Appendix C"
+
+
+def check(data: Dataset, heads: int, head_dim: int | None = None, value_dim: int | None = None, *,
+          seed: int = 0) -> Check:
+    """App. C on ``data``: the skip-connection build reproduces ``Y`` and its readout fits ``Y − X[:, :d_o]``."""
+    inner = theorem1.check(data, heads, head_dim, value_dim, skip=True, seed=seed)
+    if inner.conclusion is not True:
+        return Check(STATEMENT, inner.hypotheses, inner.conclusion, dict(inner.quantities))
+    w = inner.quantities["result"].weights
+    Z = feature_matrix(data.E, data.X, w)
+    attention_part = output_from_features(Z, np.zeros_like(data.X), w)      # the model without x
+    shifted = data.Y - data.X[:, :data.d_o]
+    q = {"shifted_label_error": float(np.abs(attention_part - shifted).max()),
+         "max_abs_error": float(np.abs(forward(data.E, data.X, w) - data.Y).max()), "skip": w.skip}
+    q["tol"] = inner.quantities["tol"]
+    holds = w.skip and q["shifted_label_error"] <= q["tol"] and q["max_abs_error"] <= q["tol"]
+    return Check(STATEMENT, inner.hypotheses, bool(holds), q)

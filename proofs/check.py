@@ -1,0 +1,104 @@
+"""The result every statement check returns: hypotheses, conclusion, and the quantities behind them.
+
+A check evaluates a statement of the paper (MATH.md §3) on concrete arrays. Each hypothesis is
+decided separately, so a failed check says *which* hypothesis failed; the conclusion is evaluated
+whenever it can be (it is ``None`` only when a failed hypothesis makes it meaningless, e.g. Claim 1
+with dependent queries has no ``W_S``). A statement is contradicted only when every hypothesis
+holds and the conclusion fails.
+
+Numerical conventions, shared by every check:
+
+- Ranks: :func:`construct.linalg.numerical_rank`, one tolerance ``max(shape)·ε·σ_max``.
+- "Exact" equalities (attention targets, fitted labels): absolute error at most :data:`EXACT_TOL`
+  plus :func:`logit_rounding`, the forward-error bound of evaluating the logits ``E W_K W_Q^T x``
+  through their factors in float64 (MATH.md §5: with a scale ``c`` in ``W_K`` this is the
+  ``c ε ‖a‖ ‖b‖ ‖x‖ ‖E‖`` term; with ill-conditioned queries it is the cancellation inside
+  ``W_K W_Q^T``). Softmax moves no probability by more than twice the largest logit error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from construct.linalg import EPS, numerical_rank
+
+EXACT_TOL = 1e-9
+
+__all__ = ["Check", "EXACT_TOL", "factored_rank", "logit_rounding"]
+
+
+def logit_rounding(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray) -> float:
+    """Bound on the float64 error of the logits ``E^(t) W_K W_Q^T x^(t)`` over the examples.
+
+    The standard bound for a product of matrices, ``γ_k ‖E‖ ‖W_K‖ ‖W_Q‖ ‖x‖`` with
+    ``γ_k ≈ k ε`` and ``k = d + d_h`` the inner dimensions summed over.
+    """
+    if not E.size or not W_K.size:
+        return 0.0
+    k = E.shape[-1] + W_K.shape[1]
+    norms = np.linalg.norm(E, axis=(1, 2)) * np.linalg.norm(X, axis=1)
+    return float(k * EPS * np.linalg.norm(W_K, 2) * np.linalg.norm(W_Q, 2) * norms.max())
+
+
+def factored_rank(K: np.ndarray, Q: np.ndarray) -> int:
+    """Numerical rank of ``K Q^T`` for ``K``, ``Q`` (d, m), from the small core ``R_K R_Q^T``.
+
+    ``K = Q_K R_K`` and ``Q = Q_Q R_Q`` with orthonormal ``Q_K``, ``Q_Q``, so ``K Q^T`` and
+    ``R_K R_Q^T`` have the same singular values; forming the d × d product instead would add
+    rounding of size ``ε‖K‖‖Q‖``, which can exceed the rank tolerance when ``K Q^T`` cancels.
+    """
+    if K.shape[1] == 0:
+        return 0
+    core = np.linalg.qr(K, mode="r") @ np.linalg.qr(Q, mode="r").T
+    return numerical_rank(core)[0]
+
+
+@dataclass(frozen=True)
+class Check:
+    """The outcome of checking one statement on concrete arrays.
+
+    Attributes:
+        statement: which statement, as MATH.md names it (``"Lemma 4"``).
+        hypotheses: each hypothesis, by name, and whether it holds on these arrays.
+        conclusion: whether the conclusion holds; None when it could not be evaluated.
+        quantities: the numbers the conclusion was decided on (ranks, bounds, errors).
+    """
+
+    statement: str
+    hypotheses: dict[str, bool]
+    conclusion: bool | None
+    quantities: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> list[str]:
+        """Names of the hypotheses that do not hold."""
+        return [name for name, ok in self.hypotheses.items() if not ok]
+
+    @property
+    def applies(self) -> bool:
+        """Every hypothesis holds, so the statement makes a claim about these arrays."""
+        return not self.failed
+
+    @property
+    def confirmed(self) -> bool:
+        """The statement applies and its conclusion holds."""
+        return self.applies and self.conclusion is True
+
+    @property
+    def contradicted(self) -> bool:
+        """The statement applies and its conclusion fails: a counterexample (or a bug)."""
+        return self.applies and self.conclusion is False
+
+    def __str__(self) -> str:
+        verdict = ("confirmed" if self.confirmed else "CONTRADICTED" if self.contradicted
+                   else "does not apply: " + "; ".join(self.failed))
+        lines = [f"{self.statement}: {verdict}"]
+        for name, value in self.quantities.items():             # the scalars; arrays stay in .quantities
+            if isinstance(value, (float, np.floating)):
+                lines.append(f"  {name} = {value:.6g}")
+            elif isinstance(value, (bool, int, str, np.integer, np.bool_)):
+                lines.append(f"  {name} = {value}")
+        return "\n".join(lines)

@@ -1,0 +1,36 @@
+"""Lemma 2: independent ``v_1..v_n`` stay independent as ``v_i + α·mean_j v_j`` for ``α ≠ −1``.
+
+``[v_i + α·mean_j v_j] = (I + (α/n) 1 1^T) V`` and ``det(I + (α/n) 1 1^T) = 1 + α``; the smallest
+singular value shrinks by at most ``min(1, |1 + α|)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from construct.linalg import numerical_rank
+
+from .check import Check
+
+STATEMENT = "Lemma 2"
+
+
+def shifted(V: np.ndarray, alpha: float = 1.0) -> np.ndarray:
+    """The vectors ``v_i + α·mean_j v_j`` for the rows ``v_i`` of ``V`` (n, d)."""
+    V = np.asarray(V, dtype=float)
+    return V + alpha * V.mean(axis=0, keepdims=True)
+
+
+def check(V: np.ndarray, alpha: float = 1.0) -> Check:
+    """Lemma 2 for the rows of ``V`` (n, d) and the weight ``alpha``."""
+    V = np.atleast_2d(np.asarray(V, dtype=float))
+    n = V.shape[0]
+    rank_V, s_V = numerical_rank(V)
+    W = shifted(V, alpha)
+    rank_W, s_W = numerical_rank(W)
+    hyp = {"rows linearly independent": rank_V == n, "alpha ≠ −1": alpha != -1.0}
+    q = {"n": n, "rank_V": rank_V, "rank_shifted": rank_W,
+         "sigma_min_V": float(s_V[-1]) if n <= V.shape[1] else 0.0,
+         "sigma_min_shifted": float(s_W[-1]) if n <= V.shape[1] else 0.0,
+         "sigma_min_factor": min(1.0, abs(1.0 + alpha))}
+    return Check(STATEMENT, hyp, rank_W == n, q)

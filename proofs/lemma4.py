@@ -1,0 +1,79 @@
+"""Lemma 4 (saturation): ``‖softmax(E (W + c W') x) − e_{j*}‖_1 ≤ 2 (n − 1) exp(2‖ℓ‖_∞ − c δ)``.
+
+``g = E W' x`` has its unique maximum at ``j*`` with gap ``δ``, ``ℓ = E W x``. The bound itself is
+:func:`construct.saturation.saturation_bound`, the one the engine uses to choose ``c_h``.
+
+The distance is computed without cancellation: it equals ``2 Σ_{j ≠ j*} s_j``, and each ``s_j`` is
+formed from shifted logits, so it keeps its relative accuracy even when it is far below ``ε``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from construct.linalg import EPS
+from construct.saturation import saturation_bound
+from construct.separator import top_gap
+
+from .check import Check
+
+STATEMENT = "Lemma 4"
+
+
+def one_hot_distance(logits: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """``‖softmax(v) − e_j‖_1`` for each row ``v`` of ``logits`` (T, n) and index ``j`` (T,)."""
+    v = np.asarray(logits, dtype=float)
+    w = np.exp(v - v.max(axis=1, keepdims=True))
+    rows = np.arange(v.shape[0])
+    others = w.copy()
+    others[rows, j] = 0.0
+    rest = others.sum(axis=1)
+    return 2.0 * rest / (rest + w[rows, j])
+
+
+def check(E: np.ndarray, X: np.ndarray, W: np.ndarray, W_prime: np.ndarray, c: float) -> Check:
+    """Lemma 4 on every example of ``E`` (T, n, d), ``X`` (T, d) for ``W``, ``W'`` (d, d) and ``c``.
+
+    The computed distance and bound carry rounding: a relative ``4nε`` from the sums, and the
+    exponentials' arguments (of size up to ``v = 2‖ℓ‖_∞ + c‖g‖_∞``) are off by about ``vε``,
+    which scales the ratio by up to ``exp(4vε)``. The conclusion allows that and nothing more.
+
+    Returns:
+        A :class:`Check` with, per example, ``distance``, ``bound``, ``j_star`` and ``delta``.
+    """
+    E, X = np.asarray(E, dtype=float), np.asarray(X, dtype=float)
+    n = E.shape[1]
+    ell = np.einsum("tnd,td->tn", E, X @ np.asarray(W, dtype=float).T)
+    g = np.einsum("tnd,td->tn", E, X @ np.asarray(W_prime, dtype=float).T)
+    j_star, delta = top_gap(g)
+    hyp = {"c > 0": c > 0, "g has a unique maximum (δ > 0) on every example": bool(np.all(delta > 0))}
+    distance = one_hot_distance(ell + c * g, j_star)
+    bound = saturation_bound(np.abs(ell).max(axis=1), delta, c, n)
+    size = 2 * np.abs(ell).max(axis=1) + c * np.abs(g).max(axis=1)
+    holds = bool(np.all(distance <= bound * (1 + 4 * n * EPS) * np.exp(4 * size * EPS)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(bound > 0, distance / bound, np.where(distance > 0, np.inf, 0.0))
+    q = {"max_ratio": float(ratio.max()) if ratio.size else 0.0, "distance": distance, "bound": bound,
+         "j_star": j_star, "delta": delta, "ell": ell}
+    return Check(STATEMENT, hyp, holds, q)
+
+
+def extremal(n: int, d: int, L: float, delta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """An example on which Lemma 4's bound is attained as ``c δ − 2L → ∞``.
+
+    ``ℓ = −L`` on the winning token and ``+L`` on the others, ``g = δ`` on the winner and 0
+    elsewhere. Then ``distance / bound = 1 / (1 + (n − 1) exp(2L − c δ))``: the constant
+    ``2(n − 1)`` and the exponent ``2‖ℓ‖_∞`` cannot be improved.
+
+    Returns:
+        ``E`` (1, n, d), ``X`` (1, d), ``W``, ``W'`` (d, d) for :func:`check`.
+    """
+    if not 1 <= n <= d:
+        raise ValueError(f"need 1 ≤ n ≤ d, got n = {n}, d = {d}")
+    E = np.eye(n, d)[None]
+    X = np.eye(1, d)
+    ell = np.full(d, L)
+    ell[0] = -L
+    g = np.zeros(d)
+    g[0] = delta
+    return E, X, np.outer(ell, X[0]), np.outer(g, X[0])

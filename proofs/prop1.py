@@ -1,0 +1,91 @@
+"""Proposition 1 (rank): under A1, A2 some ``θ`` gives ``rank Z ≥ min(H(k−1)+1, T)``, ``k = min(n, d_h)``.
+
+The proof is the construction (:func:`construct.build`): :func:`check` runs it on the first
+``min(T, H(k−1)+1)`` examples and measures the rank of ``Z`` over all of them; :func:`check_step`
+checks one head's induction step of a traced build (MATH.md §4.4).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from construct.assumptions import a2_violations
+from construct.build import BuildResult, build, capacity
+from construct.data import Dataset, as_dataset
+from construct.errors import ConstructError, InputError
+from construct.linalg import numerical_rank
+from construct.model import feature_matrix
+from construct.partition import partition
+
+from .check import Check
+
+STATEMENT = "Proposition 1"
+
+# C is a least-squares solution: its rounding grows like ε·κ(Z'_A)²; 1e-6 covers κ up to ~1e5.
+ROW_REDUCTION_RTOL = 1e-6
+
+
+def hypotheses(data: Dataset, k: int, fitted: int) -> dict[str, bool]:
+    """A2, ``n ≤ d``, and the partition condition (MATH.md §4.2; A1 implies it) on the fitted examples."""
+    try:
+        partition(data.X[:fitted], k)
+        split = True
+    except InputError:
+        split = False
+    return {"n ≤ d": data.n <= data.d, "contexts have full row rank (A2)": a2_violations(data.E).size == 0,
+            "queries satisfy the partition condition (implied by A1)": split}
+
+
+def check(data: Dataset, heads: int, head_dim: int | None = None, *, seed: int = 0) -> Check:
+    """Proposition 1 on ``data`` with ``heads`` heads of key/query dimension ``head_dim`` (default n).
+
+    A False conclusion means the float64 construction did not reach the rank (quantity
+    ``construction_error`` says why): a failure to confirm this existential statement, not a
+    counterexample.
+    """
+    d_h = data.n if head_dim is None else int(head_dim)
+    k = min(data.n, d_h)
+    fitted = min(data.T, capacity(heads, data.n, d_h))
+    bound = fitted
+    hyp = hypotheses(data, k, fitted)
+    q: dict = {"T": data.T, "H": heads, "k": k, "bound": bound}
+    if not all(hyp.values()):
+        return Check(STATEMENT, hyp, None, q)
+    try:
+        sub = as_dataset(data.E[:fitted], data.X[:fitted], data.Y[:fitted])
+        weights = build(sub, heads, head_dim=d_h, seed=seed).weights
+    except ConstructError as exc:
+        return Check(STATEMENT, hyp, False, {**q, "construction_error": str(exc)})
+    rank_Z, s = numerical_rank(feature_matrix(data.E, data.X, weights))
+    q.update(rank_Z=rank_Z, sigma_min_Z=float(s[min(bound, s.size) - 1]), weights=weights)
+    return Check(STATEMENT, hyp, rank_Z >= bound, q)
+
+
+def check_step(result: BuildResult, head: int) -> Check:
+    """The induction step of head ``head`` (from 2) of a build made with ``trace=True``.
+
+    Checks, on the features the weights produce: the row reduction ``C = Z'_S (Z'_A)^+`` and
+    ``F = C Z̄_A`` (MATH.md §4.4.3), the rank certificate ``perturbation bound < σ_min(M)``
+    (Lemma 4 + Lemma 5, §4.4.5), and that ``Z`` restricted to heads ``1..h`` has full row rank on
+    the examples fitted so far.
+    """
+    if not result.trace:
+        raise ValueError("check_step needs a build made with trace=True")
+    if not 2 <= head <= len(result.trace):
+        raise ValueError(f"head must be between 2 and {len(result.trace)}, got {head}")
+    data, tr, ev = result.data, result.trace[head - 1], result.heads[head - 1]
+    d, S = data.d, tr.examples
+    Z = feature_matrix(data.E, data.X, result.weights)
+    Z1 = Z[:, :(head - 1) * d]
+    C_ref = Z1[S.start:S.stop] @ np.linalg.pinv(Z1[:S.start])
+    C_err = float(np.linalg.norm(tr.C - C_ref, 2))
+    F_ref = tr.C @ data.E[np.arange(S.start), tr.j_star]
+    F_err = float(np.abs(tr.F - F_ref).max())
+    rank_after = numerical_rank(Z[:S.stop, :head * d])[0]
+    hyp = {"head uses earlier examples": S.start > 0}
+    q = {"C_error": C_err, "C_norm": float(np.linalg.norm(C_ref, 2)), "F_error": F_err,
+         "sigma_min_M": ev.sigma_min_M, "perturbation_bound": ev.perturbation_bound,
+         "rank_after": rank_after, "rows": S.stop}
+    holds = (C_err <= ROW_REDUCTION_RTOL * max(1.0, q["C_norm"]) and F_err <= ROW_REDUCTION_RTOL * max(1.0, np.abs(F_ref).max())
+             and ev.perturbation_bound < ev.sigma_min_M and rank_after == S.stop)
+    return Check(f"{STATEMENT} (step of head {head})", hyp, bool(holds), q)

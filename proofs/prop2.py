@@ -1,0 +1,40 @@
+"""Proposition 2 (tightness): with one shared context, ``rank Z ≤ H(n−1)+1`` for every ``θ``.
+
+``Z = [S_1 … S_H] (I_H ⊗ E)`` with row-stochastic attention matrices ``S_h`` (T, n); the vectors
+``(1_n, 0, …, −1_n, …, 0)`` (block 1 against block h) are ``H − 1`` independent null vectors of
+``[S_1 … S_H]``, so its rank, and that of ``Z``, is at most ``Hn − (H − 1)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from construct.data import Dataset
+from construct.linalg import numerical_rank
+from construct.model import Weights, check_compatible, feature_matrix, head_attention
+
+from .check import Check
+
+STATEMENT = "Proposition 2"
+
+
+def attention_matrix(data: Dataset, weights: Weights) -> np.ndarray:
+    """``[S_1 … S_H]`` (T, H·n): every head's attention over the context, side by side."""
+    return np.hstack([head_attention(data.E, data.X, weights.W_K[h], weights.W_Q[h]) for h in range(weights.H)])
+
+
+def check(data: Dataset, weights: Weights) -> Check:
+    """Proposition 2 for ``data`` and any weights (from the engine or not)."""
+    check_compatible(weights, data.d, data.d_o)
+    H, n = weights.H, data.n
+    shared = bool(np.all(data.E == data.E[:1]))
+    bound = H * (n - 1) + 1
+    Z = feature_matrix(data.E, data.X, weights)
+    rank_Z = numerical_rank(Z)[0]
+    S = attention_matrix(data, weights)
+    # The proof's null vectors: each block's rows sum to one, so block 1 minus block h vanishes.
+    sums = S.reshape(data.T, H, n).sum(axis=2)
+    null_residual = float(np.abs(sums[:, :1] - sums[:, 1:]).max()) if H > 1 else 0.0
+    q = {"rank_Z": rank_Z, "bound": bound, "rank_attention": numerical_rank(S)[0],
+         "null_residual": null_residual, "T": data.T, "H": H, "n": n}
+    return Check(STATEMENT, {"all contexts equal": shared}, rank_Z <= bound, q)

@@ -1,0 +1,35 @@
+"""Proposition 5: if every token's coordinates sum to one constant, ``rank Z ≤ H(d−1)+1`` for every ``θ``.
+
+Each head's feature ``z_h = E^T s_h`` is a convex combination of tokens, so ``1_d^T z_h`` is that
+constant for every example and head: block 1 minus block h of ``1_d`` gives ``H − 1``
+independent null vectors of ``Z`` (``H`` when the constant is 0).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from construct.data import Dataset
+from construct.linalg import EPS, numerical_rank
+from construct.model import Weights, check_compatible, feature_matrix
+
+from .check import Check
+
+STATEMENT = "Proposition 5"
+
+
+def check(data: Dataset, weights: Weights) -> Check:
+    """Proposition 5 for ``data`` and any weights."""
+    check_compatible(weights, data.d, data.d_o)
+    H, d = weights.H, data.d
+    sums = data.E.sum(axis=2)
+    const = float(sums.mean())
+    # Sums agree to their rounding: d·ε times the largest coordinate sum of absolute values.
+    same = bool(np.abs(sums - const).max() <= d * EPS * np.abs(data.E).sum(axis=2).max())
+    bound = H * (d - 1) + 1
+    Z = feature_matrix(data.E, data.X, weights)
+    rank_Z = numerical_rank(Z)[0]
+    block_sums = Z.reshape(data.T, H, d).sum(axis=2)
+    q = {"rank_Z": rank_Z, "bound": bound, "constant": const,
+         "null_residual": float(np.abs(block_sums - const).max()), "T": data.T, "H": H, "d": d}
+    return Check(STATEMENT, {"token coordinates sum to one constant": same}, rank_Z <= bound, q)

@@ -1,0 +1,292 @@
+"""Property tests: every statement of MATH.md §3, through its check in proofs/.
+
+Each test asserts a check is *confirmed* (hypotheses hold, conclusion holds) on generated data, or
+that it names the hypothesis a generated violation breaks. Tests of the engine's own heads
+(``check_head``, ``check_step``) are what catch a broken construction: on generic data random
+weights already give rank Z = T, so end-to-end rank tests alone cannot.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, strategies as st
+
+import proofs
+from construct import as_dataset, build, capacity
+from construct.claim1 import interior_targets
+
+from .strategies import Problem, arbitrary_weights, dataset, problems, seeds, violations
+
+
+# --- Proposition 1 ---------------------------------------------------------------------------------
+
+@given(problems(extra_examples=3))
+def test_prop1_construction_reaches_the_rank_bound(p: Problem):
+    r = proofs.prop1.check(p.data, p.H, p.d_h)
+    assert r.confirmed, str(r)
+    assert r.quantities["rank_Z"] >= min(capacity(p.H, p.data.n, p.d_h), p.data.T)
+
+
+@given(problems(max_heads=3))
+def test_prop1_claim2_every_head_of_the_construction_follows_the_proof(p: Problem):
+    # Head by head: Claim 2 on the weights as built (targets met on the group, the earlier
+    # examples saturated to the recorded tokens j*), and Prop. 1's induction step (the row
+    # reduction is Z'_S (Z'_A)^+, the Lemma 4 + Weyl bound is below σ_min(M), the rank grows).
+    result = build(p.data, p.H, head_dim=p.d_h, trace=True)
+    for head in range(2, len(result.trace) + 1):
+        for r in (proofs.claim2.check_head(result, head), proofs.prop1.check_step(result, head)):
+            assert r.confirmed, str(r)
+
+
+@given(violations())
+def test_prop1_names_the_broken_hypothesis(case):
+    p, name = case
+    r = proofs.prop1.check(p.data, p.H, p.d_h)
+    assert not r.applies and name in r.failed and r.conclusion is None
+
+
+# --- Proposition 2 ---------------------------------------------------------------------------------
+
+@given(seeds, st.integers(1, 3), st.integers(2, 4), st.integers(0, 3), st.integers(1, 5), st.data())
+def test_prop2_shared_context_caps_the_rank_for_arbitrary_weights(seed, H, n, extra, d_h, draw):
+    rng = np.random.default_rng(seed)
+    d, bound = n + extra, H * (n - 1) + 1
+    data = dataset("shared", bound + draw.draw(st.integers(0, 4)), n, d, seed)
+    weights = draw.draw(arbitrary_weights(H, d, d_h, rng))
+    r = proofs.prop2.check(data, weights)
+    assert r.confirmed, str(r)
+    assert r.quantities["rank_attention"] <= bound and r.quantities["null_residual"] <= 1e-12
+
+
+@given(seeds, st.integers(1, 3), st.integers(2, 4), st.integers(0, 3))
+def test_prop2_the_construction_attains_the_bound(seed, H, n, extra):
+    data = dataset("shared", capacity(H, n, n), n, n + extra, seed)
+    r = proofs.prop2.check(data, build(data, H).weights)
+    assert r.confirmed and r.quantities["rank_Z"] == r.quantities["bound"]
+
+
+@given(seeds, st.integers(2, 3), st.integers(2, 4))
+def test_prop2_distinct_contexts_exceed_the_bound(seed, H, n):
+    # Without its hypothesis the ceiling is gone: independent contexts pass H(n−1)+1.
+    d = n + 2
+    data = dataset("independent", H * d, n, d, seed)
+    weights = build(dataset("independent", capacity(H, n, n), n, d, seed), H).weights
+    r = proofs.prop2.check(data, weights)
+    assert r.failed == ["all contexts equal"]
+    assert r.quantities["rank_Z"] > r.quantities["bound"]
+
+
+# --- Proposition 5 ---------------------------------------------------------------------------------
+
+@given(seeds, st.integers(1, 3), st.integers(1, 4), st.integers(0, 2), st.floats(-2, 2), st.data())
+def test_prop5_constant_coordinate_sum_caps_the_rank_for_arbitrary_weights(seed, H, n, extra, const, draw):
+    rng = np.random.default_rng(seed)
+    d = n + extra + 1
+    T = H * d + draw.draw(st.integers(0, 3))
+    E = rng.standard_normal((T, n, d))
+    E += (const - E.sum(axis=2, keepdims=True)) / d                 # project onto 1^T e = const
+    data = as_dataset(E, rng.standard_normal((T, d)), rng.random(T))
+    r = proofs.prop5.check(data, draw.draw(arbitrary_weights(H, d, n, rng)))
+    assert r.confirmed, str(r)
+    assert r.quantities["null_residual"] <= 1e-12 * max(1.0, abs(const) + np.abs(E).sum(axis=2).max())
+
+
+@given(seeds, st.integers(1, 3), st.integers(2, 4))
+def test_prop5_bound_is_reached_by_generic_weights(seed, H, d):
+    rng = np.random.default_rng(seed)
+    T = H * (d - 1) + 1 + 2
+    E = rng.random((T, d, d))
+    E /= E.sum(axis=2, keepdims=True)                               # tokens on the simplex: sum 1
+    data = as_dataset(E, rng.standard_normal((T, d)), rng.random(T))
+    from construct import Weights
+    weights = Weights(W_K=rng.standard_normal((H, d, d)), W_Q=rng.standard_normal((H, d, d)),
+                      W_V=np.ones((H, d, 1)), W_O=np.ones((H, d)), W_D=np.ones((d, 1)), skip=False)
+    r = proofs.prop5.check(data, weights)
+    assert r.confirmed and r.quantities["rank_Z"] == r.quantities["bound"]
+
+
+# --- Lemmas ----------------------------------------------------------------------------------------
+
+@given(seeds, st.integers(1, 5), st.integers(1, 5), st.integers(1, 5), st.integers(1, 5))
+def test_lemma1_block_triangular_rank(seed, p, q, r_, s):
+    rng = np.random.default_rng(seed)
+    A, C = _low_rank(rng, p, q), _low_rank(rng, s, r_)
+    r = proofs.lemma1.check(A, rng.standard_normal((p, r_)), C)
+    assert r.confirmed, str(r)
+
+
+def _low_rank(rng, m, k):
+    rank = rng.integers(0, min(m, k) + 1)
+    return rng.standard_normal((m, rank)) @ rng.standard_normal((rank, k))
+
+
+@given(seeds, st.integers(1, 5), st.integers(0, 3), st.floats(-5, 5).filter(lambda a: abs(a + 1) > 1e-3))
+def test_lemma2_mean_shift_keeps_independence(seed, n, extra, alpha):
+    V = np.random.default_rng(seed).standard_normal((n, n + extra))
+    r = proofs.lemma2.check(V, alpha)
+    assert r.confirmed, str(r)
+    q = r.quantities
+    assert q["sigma_min_shifted"] >= q["sigma_min_factor"] * q["sigma_min_V"] * (1 - 1e-9)
+
+
+@given(seeds, st.integers(2, 5))
+def test_lemma2_alpha_minus_one_breaks_it(seed, n):
+    r = proofs.lemma2.check(np.random.default_rng(seed).standard_normal((n, n + 1)), -1.0)
+    assert r.failed == ["alpha ≠ −1"] and r.conclusion is False
+
+
+@given(problems(kinds=("independent", "general-position", "near-degenerate"), max_heads=1), seeds)
+def test_lemma3_separator(p: Problem, seed):
+    data, n = p.data, p.data.n
+    rng = np.random.default_rng(seed)
+    X_S = rng.standard_normal((n - 1, data.d))
+    assume(data.d > n - 1)
+    r = proofs.lemma3.check(X_S, data.E, data.X, seed=seed)
+    assert r.confirmed, str(r)
+
+
+@given(seeds, st.integers(2, 4), st.integers(1, 3))
+def test_lemma3_names_a_query_inside_the_span(seed, n, extra):
+    rng = np.random.default_rng(seed)
+    d = n + extra
+    X_S = rng.standard_normal((n - 1, d))
+    X_A = np.vstack([rng.standard_normal(n - 1) @ X_S, rng.standard_normal(d)])
+    r = proofs.lemma3.check(X_S, rng.standard_normal((2, n, d)), X_A, seed=seed)
+    assert r.failed == ["other queries outside span X_S"]
+
+
+@given(seeds, st.integers(1, 6), st.integers(0, 3), st.floats(1e-3, 100.0))
+def test_lemma4_bound_holds(seed, n, extra, c):
+    rng = np.random.default_rng(seed)
+    d, T = n + extra, 5
+    E, X = rng.standard_normal((T, n, d)), rng.standard_normal((T, d))
+    W = rng.standard_normal((d, d)) * rng.uniform(0, 2)
+    W_prime = np.outer(rng.standard_normal(d), rng.standard_normal(d))
+    r = proofs.lemma4.check(E, X, W, W_prime, c)
+    assert r.confirmed, str(r)
+
+
+@given(st.integers(2, 8), st.floats(0.0, 3.0), st.floats(0.1, 2.0), st.floats(0.1, 60.0))
+def test_lemma4_bound_is_attained_in_the_limit(n, L, delta, excess):
+    # Design: ℓ = −L on the winner, +L elsewhere; g = δ on the winner. The ratio distance/bound is
+    # exactly 1 / (1 + (n−1) e^{2L − cδ}): it tends to 1, so neither constant can be lowered.
+    c = (2 * L + excess) / delta
+    r = proofs.lemma4.check(*proofs.lemma4.extremal(n, n + 1, L, delta), c)
+    expected = 1.0 / (1.0 + (n - 1) * np.exp(-excess))
+    assert r.confirmed
+    assert r.quantities["max_ratio"] == pytest.approx(expected, rel=1e-12)
+    if excess >= 40:                                     # exponents near 50 carry ~50ε rounding
+        assert r.quantities["max_ratio"] >= 1 - 1e-12
+
+
+@given(seeds, st.integers(1, 5), st.integers(1, 5), st.floats(0.0, 0.99))
+def test_lemma5_weyl(seed, m, k, frac):
+    rng = np.random.default_rng(seed)
+    A = _low_rank(rng, m, k)
+    r0 = proofs.lemma5.check(A, A)
+    P = rng.standard_normal((m, k))
+    B = A + frac * r0.quantities["sigma_min_plus_A"] * P / np.linalg.norm(P, 2)
+    r = proofs.lemma5.check(A, B)
+    assert r.confirmed or (r.quantities["rank_A"] == 0 and r.failed), str(r)
+
+
+@given(seeds, st.integers(1, 4), st.integers(1, 4))
+def test_lemma5_without_its_hypothesis_the_rank_can_drop(seed, m, k):
+    # B drops A's smallest singular value and doubles the rest: ‖A − B‖₂ = max(σ_min, σ_max) ≥
+    # σ_min⁺(A), so the hypothesis fails, and the rank drops by one.
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((m, k))
+    U, s, Vt = np.linalg.svd(A, full_matrices=False)
+    t = 2 * s
+    t[-1] = 0.0
+    B = (U * t) @ Vt
+    r = proofs.lemma5.check(A, B)
+    assert r.failed == ["‖A − B‖₂ < σ_min⁺(A)"] and r.conclusion is False
+
+
+# --- Claims ----------------------------------------------------------------------------------------
+
+@given(problems(kinds=("independent", "general-position", "near-degenerate"), max_heads=1), seeds)
+def test_claim1_exact_targets(p: Problem, seed):
+    data = p.data
+    m = min(data.T, data.n)
+    s = interior_targets(np.random.default_rng(seed), m, data.n)
+    r = proofs.claim1.check(data.E[:m], data.X[:m], s, d_h=p.d_h if p.d_h >= m else None)
+    assert r.confirmed, str(r)
+
+
+@given(seeds, st.integers(2, 4), st.integers(1, 3), st.integers(1, 6), st.floats(0.5, 200.0))
+def test_claim2_exact_on_S_frozen_elsewhere(seed, n, extra, others, c):
+    rng = np.random.default_rng(seed)
+    d = n + extra
+    m = rng.integers(1, n)
+    E_S, X_S = rng.standard_normal((m, n, d)), rng.standard_normal((m, d))
+    s = interior_targets(rng, m, n)
+    r = proofs.claim2.check(E_S, X_S, s, rng.standard_normal((others, n, d)), rng.standard_normal((others, d)),
+                            c, seed=seed)
+    assert r.confirmed, str(r)
+
+
+# --- Propositions 3 and 4 ----------------------------------------------------------------------------
+
+@given(seeds, st.integers(1, 3), st.integers(0, 2), st.integers(1, 4))
+def test_prop3_relu_context_collapses_into_a_bias(seed, n, extra, m):
+    rng = np.random.default_rng(seed)
+    d = n + extra
+    T = m * (d + 2) + 2
+    data = proofs.prop3.hard_dataset(n, d, T, seed=seed)
+    W1 = rng.standard_normal((m, n * d + d))
+    r = proofs.prop3.check(data, W1, rng.standard_normal(m), rng.standard_normal(m), 0.1)
+    assert r.confirmed, str(r)
+    assert r.quantities["jacobian_rank"] < T < r.quantities["relu_params"] + 1 or T > r.quantities["jacobian_rank"]
+
+
+@given(seeds, st.integers(2, 3), st.integers(0, 2))
+def test_prop4_uniform_skip_layer_turns_a3_into_a1(seed, n, extra):
+    rng = np.random.default_rng(seed)
+    d, T = n + extra, n + 3
+    E = rng.standard_normal((T, n, d))
+    X = rng.standard_normal((T, d))
+    X[1] = X[0]                                                       # A1 fails: a repeated query
+    data = as_dataset(E, X, rng.random(T))
+    before = proofs.prop4.kruskal_check(data.X, n, "queries", trials=200, seed=seed)
+    r = proofs.prop4.check(data, trials=200, seed=seed)
+    assert not before.holds
+    assert r.confirmed, str(r)
+
+
+# --- Theorem 1, Remark 1, Appendix C -----------------------------------------------------------------
+
+@given(problems(), st.integers(1, 3), st.booleans())
+def test_theorem1_memorizes_every_valid_dataset(p: Problem, d_o, skip):
+    data = dataset(p.kind, p.data.T, p.data.n, p.data.d, seed=int(p.data.X[0, 0] * 1e6) % 2**32,
+                   d_o=min(d_o, p.data.d))
+    r = proofs.theorem1.check(data, p.H, p.d_h, value_dim=data.d_o + 1, skip=skip, tol=1e-9)
+    assert r.confirmed, str(r)
+    assert r.quantities["rank_Z"] == data.T and r.quantities["max_abs_error"] <= 1e-9
+
+
+@given(violations())
+def test_theorem1_names_the_broken_hypothesis(case):
+    p, name = case
+    r = proofs.theorem1.check(p.data, p.H, p.d_h)
+    assert name in r.failed and r.conclusion is None
+
+
+@given(seeds, st.integers(1, 3))
+def test_remark1_lower_kruskal_rank_lowers_k(seed, H):
+    rng = np.random.default_rng(seed)
+    n, d = 3, 4
+    T = H + 1                                                        # capacity with k = 2
+    X = rng.standard_normal((T + 1, d))
+    X[2] = X[0] + X[1]                                               # three dependent queries: r = 2
+    data = as_dataset(rng.standard_normal((T + 1, n, d))[:T], X[:T], rng.random(T))
+    r = proofs.remark1.check(data, H, head_dim=n, seed=seed)
+    assert r.quantities["r"] == (2 if T >= 3 else min(T, d))
+    assert r.confirmed, str(r)
+    assert r.quantities["weights"].d_h == n
+
+
+@given(problems())
+def test_appendix_c_skip_connection_memorizes_shifted_labels(p: Problem):
+    r = proofs.appendix_c.check(p.data, p.H, p.d_h)
+    assert r.confirmed, str(r)
