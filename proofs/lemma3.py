@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from construct.assumptions import a2_violations
-from construct.linalg import EPS, numerical_rank, rank_tol
+from construct.linalg import EPS, numerical_rank
 from construct.partition import span_distances
 from construct.separator import rank_one_separator, separator_logits
 
@@ -47,9 +47,10 @@ def check(X_S: np.ndarray, E_A: np.ndarray, X_A: np.ndarray, *, a: np.ndarray | 
         sep = rank_one_separator(X_S, E_A, X_A, np.random.default_rng(seed))
         a, b = sep.a, sep.b
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    # W' x = a (b·x) vanishes on S when b lies in the numerical null space of X_S.
+    # W' x = a (b·x) vanishes on S when b is orthogonal to span X_S up to the rounding of a
+    # projection on that span (the bound of construct.partition.span_distances).
     zero_residual = float(np.linalg.norm(a) * np.abs(X_S @ b).max()) if m else 0.0
-    zero_tol = rank_tol(np.linalg.norm(X_S, 2) * np.linalg.norm(a) * np.linalg.norm(b), X_S.shape) if m else 0.0
+    zero_tol = 2 * (m + 1) * d * EPS * float(np.linalg.norm(X_S, 2) * np.linalg.norm(a) * np.linalg.norm(b))
     g = separator_logits(E_A, X_A, a, b)
     if g.size and n > 1:
         srt = np.sort(g, axis=1)

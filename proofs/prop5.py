@@ -24,8 +24,9 @@ def check(data: Dataset, weights: Weights) -> Check:
     H, d = weights.H, data.d
     sums = data.E.sum(axis=2)
     const = float(sums.mean())
-    # Sums agree to their rounding: d·ε times the largest coordinate sum of absolute values.
-    same = bool(np.abs(sums - const).max() <= d * EPS * np.abs(data.E).sum(axis=2).max())
+    # Sums agree to their rounding: forming a token and summing its d coordinates each cost up
+    # to d·ε times the sum of absolute values, for both sums compared.
+    same = bool(np.abs(sums - const).max() <= 4 * d * EPS * max(np.abs(data.E).sum(axis=2).max(), abs(const)))
     bound = H * (d - 1) + 1
     Z = feature_matrix(data.E, data.X, weights)
     rank_Z = numerical_rank(Z)[0]
