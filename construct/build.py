@@ -21,7 +21,7 @@ from .model import Weights, head_features, head_logits, param_count
 from .partition import partition
 from .readout import min_norm_solve, readout_target, readout_weights
 from .rowreduce import RowSpaceFactor
-from .saturation import explicit_scale, rank_perturbation_bound
+from .saturation import MARGIN, explicit_scale, perturbation_at, rank_perturbation_bound, smallest_scale
 from .separator import rank_one_separator
 from .verify import DEFAULT_TOL, Verification, check
 
@@ -30,6 +30,8 @@ from .verify import DEFAULT_TOL, Verification, check
 _MAX_DRAWS = 8
 
 Progress = Callable[[int, int], None]
+
+SCALES = ("smallest", "explicit")
 
 
 @dataclass(frozen=True)
@@ -40,12 +42,17 @@ class HeadEvidence:
         head: head number, from 1.
         examples: the group it fits exactly, as ``[first, last]`` example indices.
         scale: the saturation scale ``c_h`` used (0 for head 1, which has no earlier examples).
+        scale_explicit: the explicit scale of MATH.md §4.4.5 (Lemma 4 + Weyl), what the
+            existence argument asks for; ``scale`` is smaller when the build searched for the
+            smallest scale that keeps the rank.
         delta_min: smallest Lemma 3 gap ``δ_t`` over the earlier examples (None for head 1).
         sigma_min_M: ``σ_min`` of the reduced new rows ``M`` (Z's rows for head 1).
         C_norm: ``‖C‖_2`` of the row reduction.
         ell_inf_max: largest ``‖ℓ^(t)‖_∞`` over the earlier examples.
         perturbation_bound: Lemma 4 + Weyl bound on ``‖C(Z''_A − Z̄_A)‖_2`` at ``c_h``; below
             ``σ_min(M)`` proves the rank grows by the group size.
+        perturbation_measured: ``‖C(Z''_A − Z̄_A)‖_2`` measured on the head's features at
+            ``c_h``; below ``σ_min(M)`` shows the same by Weyl (Lemma 5) on the actual matrices.
         rounding_estimate: MATH.md §5's size of the rounding of the rank-one term on the group's
             logits, ``c_h ε ‖a‖ ‖b‖ max‖x‖ max‖E‖``.
         target_error: measured ``max |z^(t) − E^(t)T s^(t)|`` on the group (exact up to rounding).
@@ -55,11 +62,13 @@ class HeadEvidence:
     head: int
     examples: list[int]
     scale: float
+    scale_explicit: float
     delta_min: float | None
     sigma_min_M: float
     C_norm: float
     ell_inf_max: float
     perturbation_bound: float
+    perturbation_measured: float
     rounding_estimate: float
     target_error: float
     draws: int
@@ -104,6 +113,7 @@ class BuildResult:
         verification: the final check by the forward pass (rank Z, max error).
         seed: the random seed; the same seed gives identical weights.
         timings: seconds per stage.
+        scale: how the saturation scales were chosen (``"smallest"`` or ``"explicit"``).
         trace: per head, the arrays of its step (empty unless built with ``trace=True``).
     """
 
@@ -116,6 +126,7 @@ class BuildResult:
     seed: int
     timings: dict[str, float] = field(default_factory=dict)
     trace: list[HeadTrace] = field(default_factory=list)
+    scale: str = "smallest"
 
     @property
     def max_abs_error(self) -> float:
@@ -189,7 +200,7 @@ def _fit_group(data: Dataset, S: range, F: np.ndarray, rng: np.random.Generator)
                             f"rows after {_MAX_DRAWS} draws (contexts nearly dependent across examples?)")
 
 
-def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed: int,
+def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed: int, scale: str,
                      progress: Progress | None, threads: int, trace: list[HeadTrace] | None):
     """Stages 3-4: head 1 by Claim 1, heads 2.. by Lemma 3, the row reduction and Claim 2.
 
@@ -214,7 +225,7 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed:
             C, F = np.zeros((len(S), 0)), np.zeros((len(S), d))
             s, K, Q, M, sigma_M, draws = _fit_group(data, S, F, rng)
             W_K[h, :, :len(S)], W_Q[h, :, :len(S)] = K, Q
-            c = C_norm = ell_max = bound = rounding = 0.0
+            c = c_explicit = C_norm = ell_max = bound = measured = rounding = 0.0
             delta_min, sep = None, None
         else:
             X_S = data.X[S.start:S.stop]
@@ -236,19 +247,28 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed:
             ell_inf = np.abs(ell).max(axis=1)
             C_norm = spectral_norm(C)
             rho = float(token_norms[:a].max())
-            c = explicit_scale(C_norm, rho, ell_inf, sep.delta, n, sigma_M)
-            bound = rank_perturbation_bound(C_norm, rho, ell_inf, sep.delta, c, n)
+            c_explicit = explicit_scale(C_norm, rho, ell_inf, sep.delta, n, sigma_M)
             m = len(S)
             W_K[h, :, :m], W_Q[h, :, :m] = K, Q                      # Claim 2: W_S + c a b^T
+            if scale == "smallest":          # bisection on the actual attention, not Lemma 4
+                def perturbation(c_try: float) -> float:
+                    return perturbation_at(C, C_norm, data.E[:a], token_norms[:a], ell, sep.g, sep.j_star, c_try)
+
+                c = smallest_scale(perturbation, c_explicit, MARGIN * sigma_M)
+            else:
+                c = c_explicit
             W_K[h, :, m], W_Q[h, :, m] = c * sep.a, sep.b
+            measured = spectral_norm(C @ (Z_bar - head_features(data.E[:a], data.X[:a], W_K[h], W_Q[h])))
+            bound = rank_perturbation_bound(C_norm, rho, ell_inf, sep.delta, c, n)
             delta_min, ell_max = float(sep.delta.min()), float(ell_inf.max())
             rounding = float(c * EPS * np.linalg.norm(sep.a) * query_norm     # ‖E‖_2 ≤ ‖E‖_F
                         * float(np.linalg.norm(data.E[S.start:S.stop], axis=(1, 2)).max()))
         Z[:, cols] = head_features(data.E, data.X, W_K[h], W_Q[h])
         target_rows = np.einsum("tnd,tn->td", data.E[S.start:S.stop], s)
         evidence.append(HeadEvidence(
-            head=h + 1, examples=[S.start, S.stop - 1], scale=c, delta_min=delta_min, sigma_min_M=sigma_M,
-            C_norm=C_norm, ell_inf_max=ell_max, perturbation_bound=bound, rounding_estimate=rounding,
+            head=h + 1, examples=[S.start, S.stop - 1], scale=c, scale_explicit=c_explicit, delta_min=delta_min,
+            sigma_min_M=sigma_M, C_norm=C_norm, ell_inf_max=ell_max, perturbation_bound=bound,
+            perturbation_measured=measured, rounding_estimate=rounding,
             target_error=float(np.abs(Z[S.start:S.stop, cols] - target_rows).max()), draws=draws))
         if trace is not None:
             empty = np.zeros(0, dtype=int)
@@ -264,7 +284,7 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed:
 
 
 def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: int | None = None,
-          skip: bool = False, seed: int = 0, tol: float = DEFAULT_TOL,
+          skip: bool = False, seed: int = 0, tol: float = DEFAULT_TOL, scale: str = "smallest",
           progress: Progress | None = None, trace: bool = False) -> BuildResult:
     """Construct weights that memorize ``data`` exactly (Theorem 1; MATH.md §4).
 
@@ -276,6 +296,9 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
         skip: build the skip-connection variant (App. C).
         seed: seed of every random draw; the same seed gives identical weights.
         tol: verification tolerance (relative to ``max(1, max|Y|)``).
+        scale: ``"smallest"``: each head's saturation scale is the smallest (to 1%) whose measured
+            perturbation keeps the rank with the margin of :data:`MARGIN`; ``"explicit"``: the
+            explicit bound of MATH.md §4.4.5. Both are in the evidence.
         progress: called as ``progress(head, heads_used)`` after each head.
         trace: keep every head's arrays (:class:`HeadTrace`) in the result, for checking the
             steps against the paper's statements (``proofs``) and for teaching; O(T²) memory.
@@ -292,6 +315,8 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
     d_h = data.n if head_dim is None else int(head_dim)
     d_v = data.d_o if value_dim is None else int(value_dim)
     H = int(heads)
+    if scale not in SCALES:
+        raise InputError([f"scale must be one of {', '.join(SCALES)}, got {scale!r}"], what="invalid option")
     k = validate(data, H, d_h, d_v)
     T, n, d = data.T, data.n, data.d
     timings["validate"] = time.perf_counter() - clock
@@ -304,8 +329,8 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
     threads = blas_threads()
     with blas_limit(1):                  # many small operations: see construct.linalg.blas_limit
         traces: list[HeadTrace] | None = [] if trace else None
-        W_K, W_Q, Z, factor, evidence = _construct_heads(data, groups, H, d_h, seed, progress, threads,
-                                                         traces)
+        W_K, W_Q, Z, factor, evidence = _construct_heads(data, groups, H, d_h, seed, scale, progress,
+                                                         threads, traces)
     timings["heads"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
@@ -323,7 +348,8 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
     verification = check(Z, R, weights, data, tol)
     timings["verify"] = time.perf_counter() - clock
     result = BuildResult(weights=weights, data=data, k=k, capacity=capacity(H, n, d_h), heads=evidence,
-                         verification=verification, seed=seed, timings=timings, trace=traces or [])
+                         verification=verification, seed=seed, timings=timings, trace=traces or [],
+                         scale=scale)
     if not verification.passed:
         raise ConstructionError(
             f"verification failed: rank Z = {verification.rank_Z} of T = {T}, max |f − y| = "
@@ -340,7 +366,7 @@ def evidence_dict(result: BuildResult) -> dict:
         "T": data.T, "n": data.n, "d": data.d, "d_o": data.d_o,
         "H": w.H, "d_h": w.d_h, "d_v": w.d_v, "skip": w.skip, "k": result.k, "capacity": result.capacity,
         "parameters": param_count(w.H, w.d, w.d_h, w.d_v, w.d_o),
-        "heads_used": len(result.heads),
+        "heads_used": len(result.heads), "scale": result.scale,
         "verification": result.verification.to_dict(),
         "heads": [asdict(e) for e in result.heads],
         "seed": result.seed, "timings_s": result.timings,

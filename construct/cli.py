@@ -69,7 +69,7 @@ def _cmd_build(args) -> int:
                                                                "positional": args.positional}}
     progress = None if args.quiet else _progress_printer(sys.stderr)
     result = build(data, heads, head_dim=args.head_dim, value_dim=args.value_dim, skip=args.skip,
-                   seed=args.seed, tol=args.tol, progress=progress)
+                   seed=args.seed, tol=args.tol, scale=args.scale, progress=progress)
     weights_bytes, data_bytes = result.weights.to_bytes(), data.to_bytes()
     report = build_report(result, data_source=source, data_sha256=sha256(data_bytes),
                           weights_sha256=sha256(weights_bytes), total_seconds=time.perf_counter() - started)
@@ -121,6 +121,7 @@ def _positive(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from .build import SCALES
     from .data import SYNTHETIC_KINDS
     from .verify import DEFAULT_TOL
 
@@ -139,6 +140,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--value-dim", type=_positive, help="d_v (default d_o)")
     b.add_argument("--skip", action="store_true", help="skip connection: f = W_D^T(x + W_O^T[...]) (App. C)")
     b.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
+    b.add_argument("--scale", choices=SCALES, default="smallest",
+                   help="saturation scales: the smallest that keeps the rank (measured, default) or the "
+                        "explicit bound of MATH.md §4.4.5; the report shows both")
     b.add_argument("--out", type=Path, required=True, help="folder for weights.npz, data.npz, report.json")
     b.add_argument("--synthetic", choices=SYNTHETIC_KINDS, help="build a synthetic problem")
     b.add_argument("--context", type=_positive, help="synthetic: context size n (default 8)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from .build import BuildResult, evidence_dict
+from .verify import float32_error
 
 
 def package_version() -> str:
@@ -16,10 +17,11 @@ def package_version() -> str:
 
 def build_report(result: BuildResult, *, data_source: dict, data_sha256: str, weights_sha256: str,
                  total_seconds: float) -> dict:
-    """The report written as ``report.json`` beside the weights."""
+    """The report written as ``report.json`` beside the weights (with the float32 check)."""
     rep = {"mha_construct": package_version(), "data": {**data_source, "sha256": data_sha256},
            "weights_sha256": weights_sha256}
     rep.update(evidence_dict(result))
+    rep["float32"] = float32_error(result.weights, result.data)
     rep["timings_s"] = {**rep["timings_s"], "total": total_seconds}
     return rep
 
@@ -39,11 +41,15 @@ def summary_text(rep: dict) -> str:
         f"sigma_max(Z) = {v['sigma_max_Z']:.3e}",
     ]
     if scales:
-        lines.append(f"saturation   c_h from {min(scales):.3e} to {max(scales):.3e}; smallest gap delta = "
-                     f"{min(deltas):.3e}")
+        explicit = [h["scale_explicit"] for h in rep["heads"][1:]]
+        lines.append(f"saturation   largest c_h {max(scales):.3e} (explicit bound {max(explicit):.3e}, "
+                     f"scale = {rep['scale']}); smallest gap delta = {min(deltas):.3e}")
     lines += [
         f"max |f - y|  {v['max_abs_error']:.3e}  (allowed {v['tol']:.1e}): "
         + ("every label reproduced" if v["passed"] else "NOT MEMORIZED"),
+        f"float32      max |f - y| {rep['float32']['max_abs_error']:.3e}: "
+        + ("survives" if rep["float32"]["survives"] else "does not survive")
+        + f" (allowed {rep['float32']['tol']:.1e})",
         f"time         {rep['timings_s']['total']:.2f} s",
         f"sha256       data {rep['data']['sha256'][:16]}…  weights {rep['weights_sha256'][:16]}…",
     ]

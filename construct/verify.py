@@ -14,9 +14,13 @@ import numpy as np
 
 from .data import Dataset
 from .linalg import numerical_rank, qr_r, rank_tol, triangular_extremes
-from .model import Weights, check_compatible, feature_matrix, output_from_features
+from .model import Weights, check_compatible, feature_matrix, forward, output_from_features
 
 DEFAULT_TOL = 1e-8
+
+# float32 evaluation "survives" when every label is reproduced within this, relative to
+# max(1, max|Y|): about 1000 float32 units of rounding (ε_32 ≈ 1.2e-7).
+FLOAT32_TOL = 1e-4
 
 
 @dataclass(frozen=True)
@@ -77,3 +81,18 @@ def verify(weights: Weights, data: Dataset, tol: float = DEFAULT_TOL) -> Verific
     check_compatible(weights, data.d, data.d_o)
     Z = feature_matrix(data.E, data.X, weights)
     return check(Z, qr_r(Z.T), weights, data, tol)
+
+
+def float32_error(weights: Weights, data: Dataset) -> dict:
+    """The forward pass with weights and data rounded to float32: does the memorization survive?
+
+    Returns:
+        ``{"max_abs_error": ..., "tol": FLOAT32_TOL · max(1, max|Y|), "survives": bool}``.
+    """
+    w32 = Weights(**{k: getattr(weights, k).astype(np.float32) for k in ("W_K", "W_Q", "W_V", "W_O", "W_D")},
+                  skip=weights.skip)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = forward(data.E.astype(np.float32), data.X.astype(np.float32), w32).astype(np.float64)
+    err = float(np.abs(out - data.Y).max()) if np.all(np.isfinite(out)) else float("inf")
+    allowed = FLOAT32_TOL * max(1.0, float(np.abs(data.Y).max()))
+    return {"max_abs_error": err, "tol": allowed, "survives": bool(err <= allowed)}

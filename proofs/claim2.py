@@ -14,6 +14,7 @@ from construct.build import BuildResult
 from construct.claim1 import claim1_factors
 from construct.linalg import EPS
 from construct.model import head_attention
+from construct.saturation import one_hot_distance
 
 from . import claim1, lemma3, lemma4
 from .check import EXACT_TOL, Check, factored_rank, logit_rounding
@@ -29,7 +30,7 @@ def _conclusion(E_S, X_S, s, E_A, X_A, K, Q, a, b, c, j_star=None) -> tuple[bool
     sat = lemma4.check(E_A, X_A, K @ Q.T, np.outer(a, b), c)
     same_tokens = j_star is None or np.array_equal(sat.quantities["j_star"], j_star)
     # Lemma 4 reasons about the exact logits; the check looks at the model's own attention.
-    dist = lemma4.one_hot_distance(np.einsum("tnd,td->tn", E_A, X_A @ (W_K @ W_Q.T).T),
+    dist = one_hot_distance(np.einsum("tnd,td->tn", E_A, X_A @ (W_K @ W_Q.T).T),
                                    sat.quantities["j_star"]) if len(X_A) else np.zeros(0)
     bound = sat.quantities["bound"]
     # The model's logits carry rounding (MATH.md §5) that the exact ones do not; a logit error η

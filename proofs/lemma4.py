@@ -3,8 +3,7 @@
 ``g = E W' x`` has its unique maximum at ``j*`` with gap ``δ``, ``ℓ = E W x``. The bound itself is
 :func:`construct.saturation.saturation_bound`, the one the engine uses to choose ``c_h``.
 
-The distance is computed without cancellation: it equals ``2 Σ_{j ≠ j*} s_j``, and each ``s_j`` is
-formed from shifted logits, so it keeps its relative accuracy even when it is far below ``ε``.
+The distance is :func:`construct.saturation.one_hot_distance`, computed without cancellation.
 """
 
 from __future__ import annotations
@@ -12,23 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from construct.linalg import EPS
-from construct.saturation import saturation_bound
+from construct.saturation import one_hot_distance, saturation_bound
 from construct.separator import top_gap
 
 from .check import Check
 
 STATEMENT = "Lemma 4"
-
-
-def one_hot_distance(logits: np.ndarray, j: np.ndarray) -> np.ndarray:
-    """``‖softmax(v) − e_j‖_1`` for each row ``v`` of ``logits`` (T, n) and index ``j`` (T,)."""
-    v = np.asarray(logits, dtype=float)
-    w = np.exp(v - v.max(axis=1, keepdims=True))
-    rows = np.arange(v.shape[0])
-    others = w.copy()
-    others[rows, j] = 0.0
-    rest = others.sum(axis=1)
-    return 2.0 * rest / (rest + w[rows, j])
 
 
 def check(E: np.ndarray, X: np.ndarray, W: np.ndarray, W_prime: np.ndarray, c: float) -> Check:

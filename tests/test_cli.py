@@ -39,9 +39,23 @@ def test_default_build_then_verify(tmp_path, capsys):
     assert rep["verification"]["rank_Z"] == 57 and rep["verification"]["passed"]
     assert rep["verification"]["max_abs_error"] <= 1e-9
     assert len(rep["heads"]) == 8 and rep["heads"][1]["scale"] > 0
-    assert "every label reproduced" in stdout
+    assert rep["scale"] == "smallest"
+    assert all(0 < h["scale"] <= h["scale_explicit"] for h in rep["heads"][1:])
+    assert rep["float32"]["survives"] and rep["float32"]["max_abs_error"] <= rep["float32"]["tol"]
+    assert "every label reproduced" in stdout and "float32" in stdout
     code, stdout, _ = run(["verify", out / "weights.npz", out / "data.npz"], capsys)
     assert code == 0 and "PASS" in stdout
+
+
+def test_explicit_scale_option(tmp_path, capsys):
+    code, _, _ = run(["build", "--out", tmp_path / "e", "--scale", "explicit", "--quiet"], capsys)
+    rep = json.loads((tmp_path / "e" / "report.json").read_text())
+    assert code == 0 and rep["scale"] == "explicit"
+    assert all(h["scale"] == h["scale_explicit"] for h in rep["heads"])
+    with pytest.raises(SystemExit) as exc:                            # argparse: usage error
+        run(["build", "--out", tmp_path / "x", "--scale", "tiny"], capsys)
+    assert exc.value.code == 2 and "invalid choice" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
 
 
 def test_report_hashes_match_the_files(tmp_path, capsys):

@@ -3,10 +3,10 @@
 import numpy as np
 from hypothesis import given, strategies as st
 
-from construct.model import head_logits
+from construct.model import head_logits, softmax
 from construct.readout import min_norm_solve, readout_weights
 from construct.rowreduce import RowSpaceFactor
-from construct.saturation import explicit_scale, rank_perturbation_bound
+from construct.saturation import explicit_scale, perturbation_at, rank_perturbation_bound, smallest_scale
 
 from .strategies import seeds
 
@@ -71,3 +71,36 @@ def test_head_logits_match_the_definition(seed):
     W_K, W_Q = rng.standard_normal((5, 2)), rng.standard_normal((5, 2))
     expected = np.stack([E[t] @ W_K @ W_Q.T @ X[t] for t in range(3)])
     assert np.allclose(head_logits(E, X, W_K, W_Q), expected)
+
+
+@given(seeds, st.floats(1e-3, 1e6), st.floats(0.0, 1.0))
+def test_smallest_scale_is_admissible_and_minimal_to_one_percent(seed, c_explicit, where):
+    # A decreasing measure crossing the target at c0 = where · c_explicit: the search returns an
+    # admissible scale within 1% above c0 (or the lower end of its range).
+    rng = np.random.default_rng(seed)
+    c0 = where * c_explicit
+    rate = rng.uniform(0.1, 10.0) / c_explicit
+
+    def measure(c):
+        return float(np.exp(-rate * (c - c0)))                       # = 1 at c0
+
+    c = smallest_scale(measure, c_explicit, 1.0)
+    assert c <= c_explicit and measure(c) <= 1.0
+    floor = c_explicit * 2.0 ** -60
+    assert c <= max(c0 * 1.01, floor) * (1 + 1e-12)
+
+
+def test_perturbation_at_bounds_the_exact_perturbation():
+    rng = np.random.default_rng(3)
+    a, n, d, m = 12, 4, 6, 3
+    E = rng.standard_normal((a, n, d))
+    ell, g = rng.standard_normal((a, n)), rng.standard_normal((a, n))
+    j = np.argmax(g, axis=1)
+    C = rng.standard_normal((m, a))
+    rho = np.linalg.norm(E, axis=2).max(axis=1)
+    for c in (0.0, 1.0, 10.0, 100.0):
+        s = softmax(ell + c * g)
+        exact = np.linalg.norm(C @ (E[np.arange(a), j] - np.einsum("tnd,tn->td", E, s)), 2)
+        got = perturbation_at(C, np.linalg.norm(C, 2), E, rho, ell, g, j, c)
+        assert exact <= got * (1 + 1e-12) + 1e-300
+        assert got <= exact * (1 + 1e-5) + 1e-6 * np.linalg.norm(C, 2) * np.abs(rho).max()
