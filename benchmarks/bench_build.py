@@ -13,23 +13,15 @@ taken for every timing.
 from __future__ import annotations
 
 import argparse
-import time
 import tracemalloc
 
 import numpy as np
 
+from _timing import best
+
 from construct import build, synthetic, verify
 from construct.linalg import qr_r
 from construct.model import feature_matrix, output_from_features
-
-
-def best(fn, repeat):
-    times, out = [], None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return min(times), out
 
 
 def peak_mib(fn) -> float:

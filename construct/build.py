@@ -17,10 +17,12 @@ from .claim1 import claim1_factors, interior_targets
 from .data import Dataset
 from .errors import CapacityError, ConstructionError, InputError
 from .linalg import EPS, blas_limit, blas_threads, numerical_rank, spectral_norm
-from .model import Weights, head_features, head_logits, param_count
+from .model import Weights, feature_matrix, forward, head_features, head_logits, param_count
 from .partition import partition
 from .readout import min_norm_solve, readout_target, readout_weights
-from .rowreduce import RowSpaceFactor
+from . import precision as precision_mod
+from .precision import FLOAT64, Precision, bits_needed
+from .rowreduce import GramRowReduction, RowSpaceFactor
 from .saturation import MARGIN, explicit_scale, perturbation_at, rank_perturbation_bound, smallest_scale
 from .separator import rank_one_separator
 from .verify import DEFAULT_TOL, Verification, check
@@ -53,8 +55,9 @@ class HeadEvidence:
             ``σ_min(M)`` proves the rank grows by the group size.
         perturbation_measured: ``‖C(Z''_A − Z̄_A)‖_2`` measured on the head's features at
             ``c_h``; below ``σ_min(M)`` shows the same by Weyl (Lemma 5) on the actual matrices.
-        rounding_estimate: MATH.md §5's size of the rounding of the rank-one term on the group's
-            logits, ``c_h ε ‖a‖ ‖b‖ max‖x‖ max‖E‖``.
+        rounding_estimate: MATH.md §5's size of the rounding of the group's logits at the build's
+            precision (:func:`construct.precision.logit_rounding`: the rank-one term's
+            ``c_h ε ‖a‖ ‖b‖ ‖x‖ ‖E‖`` and any cancellation inside ``W_K W_Q^T``).
         target_error: measured ``max |z^(t) − E^(t)T s^(t)|`` on the group (exact up to rounding).
         draws: random draws used (targets and separator).
     """
@@ -114,6 +117,7 @@ class BuildResult:
         seed: the random seed; the same seed gives identical weights.
         timings: seconds per stage.
         scale: how the saturation scales were chosen (``"smallest"`` or ``"explicit"``).
+        precision: the arithmetic the construction ran in, and ``precision_reason`` why.
         trace: per head, the arrays of its step (empty unless built with ``trace=True``).
     """
 
@@ -127,6 +131,8 @@ class BuildResult:
     timings: dict[str, float] = field(default_factory=dict)
     trace: list[HeadTrace] = field(default_factory=list)
     scale: str = "smallest"
+    precision: str = "float64"
+    precision_reason: str = ""
 
     @property
     def max_abs_error(self) -> float:
@@ -190,7 +196,8 @@ def _fit_group(data: Dataset, S: range, F: np.ndarray, rng: np.random.Generator)
     """Claim 1 on group ``S`` with targets whose reduced rows ``M = E^T s − F`` have full row rank."""
     E_S, X_S = data.E[S.start:S.stop], data.X[S.start:S.stop]
     for draw in range(1, _MAX_DRAWS + 1):
-        s = interior_targets(rng, len(S), data.n)
+        s = precision_mod.of(E_S).asarray(interior_targets(rng, len(S), data.n))
+        s = s / s.sum(axis=1, keepdims=True)         # in the simplex at the working precision
         M = np.einsum("tnd,tn->td", E_S, s) - F
         rank, sv = numerical_rank(M)
         if rank == len(S):
@@ -201,31 +208,36 @@ def _fit_group(data: Dataset, S: range, F: np.ndarray, rng: np.random.Generator)
 
 
 def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed: int, scale: str,
-                     progress: Progress | None, threads: int, trace: list[HeadTrace] | None):
+                     progress: Progress | None, threads: int, trace: list[HeadTrace] | None,
+                     prec: Precision = FLOAT64):
     """Stages 3-4: head 1 by Claim 1, heads 2.. by Lemma 3, the row reduction and Claim 2.
 
     Returns ``W_K``, ``W_Q`` (H, d, d_h), the feature matrix ``Z`` (T, H·d) computed head by head
     with the forward pass's own :func:`head_features`, the factor of ``Z`` and the evidence.
     Appends each head's arrays to ``trace`` unless it is None.
+
+    ``data`` is held at the precision ``prec`` (float64 or ``mpf`` arrays); the same steps run at
+    either, with the incremental factorization for float64 and normal equations at high
+    precision. Scales and norms that only need to be large enough are computed in float64.
     """
     T, n, d = data.T, data.n, data.d
     rng = np.random.default_rng(seed)
-    W_K = np.zeros((H, d, d_h))
-    W_Q = np.zeros((H, d, d_h))
-    Z = np.empty((T, H * d))
-    factor = RowSpaceFactor(Z, threads)
-    token_norms = np.linalg.norm(data.E, axis=2).max(axis=1)        # ρ per example
-    query_norm = float(np.linalg.norm(data.X, axis=1).max())
+    W_K = prec.zeros((H, d, d_h))
+    W_Q = prec.zeros((H, d, d_h))
+    Z = prec.zeros((T, H * d))
+    factor = RowSpaceFactor(Z, threads) if prec.is_float64 else GramRowReduction(Z)
+    E64, X64 = precision_mod.to_float(data.E), precision_mod.to_float(data.X)
+    token_norms = np.linalg.norm(E64, axis=2).max(axis=1)           # ρ per example
     evidence: list[HeadEvidence] = []
     for h, S in enumerate(groups):
         cols = slice(h * d, (h + 1) * d)
         a = S.start                                                  # fitted examples: 0..a−1
         if h == 0:
             factor.stage(S.stop)
-            C, F = np.zeros((len(S), 0)), np.zeros((len(S), d))
+            C, F = prec.zeros((len(S), 0)), prec.zeros((len(S), d))
             s, K, Q, M, sigma_M, draws = _fit_group(data, S, F, rng)
             W_K[h, :, :len(S)], W_Q[h, :, :len(S)] = K, Q
-            c = c_explicit = C_norm = ell_max = bound = measured = rounding = 0.0
+            c = c_explicit = C_norm = ell_max = bound = measured = 0.0
             delta_min, sep = None, None
         else:
             X_S = data.X[S.start:S.stop]
@@ -244,25 +256,29 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed:
             s, K, Q, M, sigma_M, more = _fit_group(data, S, F, rng)
             draws += more - 1
             ell = head_logits(data.E[:a], data.X[:a], K, Q)          # ℓ^(t) = E W_S x on earlier rows
-            ell_inf = np.abs(ell).max(axis=1)
+            ell_inf = precision_mod.to_float(np.abs(ell).max(axis=1))
             C_norm = spectral_norm(C)
             rho = float(token_norms[:a].max())
-            c_explicit = explicit_scale(C_norm, rho, ell_inf, sep.delta, n, sigma_M)
+            delta = precision_mod.to_float(sep.delta)
+            c_explicit = explicit_scale(C_norm, rho, ell_inf, delta, n, sigma_M)
             m = len(S)
             W_K[h, :, :m], W_Q[h, :, :m] = K, Q                      # Claim 2: W_S + c a b^T
             if scale == "smallest":          # bisection on the actual attention, not Lemma 4
+                C64, ell64, g64 = (precision_mod.to_float(v) for v in (C, ell, sep.g))
+
                 def perturbation(c_try: float) -> float:
-                    return perturbation_at(C, C_norm, data.E[:a], token_norms[:a], ell, sep.g, sep.j_star, c_try)
+                    return perturbation_at(C64, C_norm, E64[:a], token_norms[:a], ell64, g64, sep.j_star, c_try)
 
                 c = smallest_scale(perturbation, c_explicit, MARGIN * sigma_M)
             else:
                 c = c_explicit
             W_K[h, :, m], W_Q[h, :, m] = c * sep.a, sep.b
             measured = spectral_norm(C @ (Z_bar - head_features(data.E[:a], data.X[:a], W_K[h], W_Q[h])))
-            bound = rank_perturbation_bound(C_norm, rho, ell_inf, sep.delta, c, n)
-            delta_min, ell_max = float(sep.delta.min()), float(ell_inf.max())
-            rounding = float(c * EPS * np.linalg.norm(sep.a) * query_norm     # ‖E‖_2 ≤ ‖E‖_F
-                        * float(np.linalg.norm(data.E[S.start:S.stop], axis=(1, 2)).max()))
+            bound = rank_perturbation_bound(C_norm, rho, ell_inf, delta, c, n)
+            delta_min, ell_max = float(delta.min()), float(ell_inf.max())
+
+        rounding = precision_mod.logit_rounding(E64[S.start:S.stop], X64[S.start:S.stop], W_K[h], W_Q[h],
+                                                prec.eps)
         Z[:, cols] = head_features(data.E, data.X, W_K[h], W_Q[h])
         target_rows = np.einsum("tnd,tn->td", data.E[S.start:S.stop], s)
         evidence.append(HeadEvidence(
@@ -285,7 +301,8 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed:
 
 def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: int | None = None,
           skip: bool = False, seed: int = 0, tol: float = DEFAULT_TOL, scale: str = "smallest",
-          progress: Progress | None = None, trace: bool = False) -> BuildResult:
+          precision: str | Precision = "auto", progress: Progress | None = None,
+          trace: bool = False) -> BuildResult:
     """Construct weights that memorize ``data`` exactly (Theorem 1; MATH.md §4).
 
     Args:
@@ -300,6 +317,9 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
             perturbation keeps the rank with the margin of :data:`MARGIN`; ``"explicit"``: the
             explicit bound of MATH.md §4.4.5. Both are in the evidence.
         progress: called as ``progress(head, heads_used)`` after each head.
+        precision: ``"auto"`` (float64 while MATH.md §5's predicted rounding stays below what
+            keeps the rank and the labels, otherwise mpmath at the bits that prediction asks
+            for), ``"float64"``, a number of bits, or a :class:`Precision`.
         trace: keep every head's arrays (:class:`HeadTrace`) in the result, for checking the
             steps against the paper's statements (``proofs``) and for teaching; O(T²) memory.
 
@@ -310,6 +330,90 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
         InputError, CapacityError: the request fails a hypothesis (every problem listed).
         ConstructionError: a numerical step failed, or the final verification did not pass.
     """
+    try:
+        chosen = precision_mod.parse(precision) if isinstance(precision, str) else precision
+    except ValueError as exc:
+        raise InputError([str(exc)], what="invalid option") from None
+    args = dict(heads=heads, head_dim=head_dim, value_dim=value_dim, skip=skip, seed=seed, tol=tol,
+                scale=scale, progress=progress, trace=trace)
+    if chosen != "auto":
+        result = _build_at(data, prec=chosen, why="requested", **args)
+        if chosen.is_float64 and rounding_ratio(result) > 1:
+            result.precision_reason += (f"; MATH.md §5 predicts rounding {rounding_ratio(result):.3g}x what keeps "
+                                        "the rank: the float64 check passed, certify before relying on it")
+        return result
+    result = None
+    try:
+        result = _build_at(data, prec=FLOAT64, why="auto: float64 holds the construction", **args)
+        ratio = rounding_ratio(result)
+        v = result.verification
+        condition = v.sigma_max_Z / v.sigma_min_Z if v.sigma_min_Z > 0 else float("inf")
+        rho = float(np.linalg.norm(data.E, axis=2).max())
+        feature_rounding = 2 * rho * max(e.rounding_estimate for e in result.heads)
+        # float64 must keep the rank step and, through the readout (cond Z), the labels. The
+        # output prediction is a worst case; when it fails on a small problem, measure instead.
+        if ratio <= 1.0 and feature_rounding * condition <= v.tol:
+            return result
+        small = mp_cost(data, result.weights.H, result.weights.d_h) <= MP_BUDGET
+        if ratio <= 1.0 and small:
+            exact = _error_at(result.weights, data, MEASURE_BITS)
+            if exact <= v.tol / 2:
+                result.precision_reason = (f"auto: float64; the outputs of these weights, evaluated at "
+                                           f"{MEASURE_BITS} bits, are within {exact:.3g} of the labels")
+                return result
+        why = (f"auto: in float64, MATH.md §5's worst-case estimate puts the rounding at {ratio:.3g}x what "
+               f"keeps the rank and up to {feature_rounding * condition:.3g} on the outputs (allowed "
+               f"{v.tol:.3g}); largest c_h = {max(e.scale for e in result.heads):.3g}, cond(Z) = {condition:.3g}")
+    except ConstructionError as exc:
+        feature_rounding, condition, small = 1.0, float("inf"), True
+        why = f"auto: float64 failed ({str(exc).split(';')[0]})"
+    bits = bits_needed(feature_rounding, condition)
+    if not small and result is not None:
+        result.precision_reason = (f"{why}; the mpmath path ({bits} bits) is beyond its budget for this size, "
+                                   "so these are the float64 weights: certify before relying on them")
+        return result
+    return _build_at(data, prec=Precision(bits), why=f"{why}; {bits} bits bring the predicted output "
+                     f"rounding below {precision_mod.ERROR_TARGET:g}", **args)
+
+
+# The mpmath construction and the measurement at MEASURE_BITS take on problems up to this many
+# operations, T·H·d·(n + T) (seconds of Python).
+MP_BUDGET = 1_000_000
+MEASURE_BITS = 106
+
+
+def mp_cost(data: Dataset, H: int, d_h: int) -> int:
+    """Rough count of scalar operations of the mpmath path: forward pass plus the T × T solves."""
+    return data.T * H * data.d * (data.n + data.T)
+
+
+def _error_at(weights: Weights, data: Dataset, bits: int) -> float:
+    """``max |f − y|`` of float64 weights evaluated at ``bits`` bits (their exact model, nearly)."""
+    prec = Precision(bits)
+    with prec.working():
+        w = Weights(**{k: prec.asarray(getattr(weights, k)) for k in ("W_K", "W_Q", "W_V", "W_O", "W_D")},
+                    skip=weights.skip, bits=bits)
+        out = forward(prec.asarray(data.E), prec.asarray(data.X), w)
+        return float(np.abs(out - prec.asarray(data.Y)).max())
+
+
+def rounding_ratio(result: BuildResult) -> float:
+    """MATH.md §5 for a build: the largest ratio, over heads, of the rounding the rank-one term puts
+    on the group's features (``2ρ`` times its logit rounding) to what the rank step can absorb,
+    ``σ_min(M)`` minus the perturbation already measured. Above 1, the build's precision is not
+    enough to trust the rank step."""
+    rho = float(np.linalg.norm(precision_mod.to_float(result.data.E), axis=2).max())
+    worst = 0.0
+    for e in result.heads:
+        room = e.sigma_min_M - e.perturbation_measured
+        worst = max(worst, 2 * rho * e.rounding_estimate / room if room > 0 else float("inf"))
+    return worst
+
+
+def _build_at(data: Dataset, *, heads: int, head_dim: int | None, value_dim: int | None, skip: bool,
+              seed: int, tol: float, scale: str, progress: Progress | None, trace: bool,
+              prec: Precision, why: str) -> BuildResult:
+    """:func:`build` at one precision."""
     clock = time.perf_counter()
     timings: dict[str, float] = {}
     d_h = data.n if head_dim is None else int(head_dim)
@@ -329,33 +433,43 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
     threads = blas_threads()
     with blas_limit(1):                  # many small operations: see construct.linalg.blas_limit
         traces: list[HeadTrace] | None = [] if trace else None
-        W_K, W_Q, Z, factor, evidence = _construct_heads(data, groups, H, d_h, seed, scale, progress,
-                                                         threads, traces)
+        with prec.working():
+            data_p = Dataset(prec.asarray(data.E), prec.asarray(data.X), prec.asarray(data.Y))
+            W_K, W_Q, Z, factor, evidence = _construct_heads(data_p, groups, H, d_h, seed, scale, progress,
+                                                             threads, traces, prec)
     timings["heads"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
-    factor.add_features(H * d)                                       # the factor now covers all of Z
-    factor.commit()
-    R = factor.R
-    B = min_norm_solve(Z, R, readout_target(data.Y, data.X, skip))
-    W_V, W_O, W_D = readout_weights(B, H, d, d_v)
-    weights = Weights(W_K=W_K, W_Q=W_Q, W_V=W_V, W_O=W_O, W_D=W_D, skip=bool(skip))
-    timings["readout"] = time.perf_counter() - clock
+    with prec.working():
+        factor.add_features(H * d)                                   # the factor now covers all of Z
+        factor.commit()
+        R = getattr(factor, "R", None)
+        B = min_norm_solve(Z, R, readout_target(data_p.Y, data_p.X, skip))
+        W_V, W_O, W_D = readout_weights(B, H, d, d_v)
+        # The weights are numbers of exactly prec.bits bits: what the file stores and what verify
+        # and certify evaluate.
+        W_K, W_Q, W_V, W_O, W_D = (prec.rounded(A) for A in (W_K, W_Q, W_V, W_O, W_D))
+        weights = Weights(W_K=W_K, W_Q=W_Q, W_V=W_V, W_O=W_O, W_D=W_D, skip=bool(skip), bits=prec.bits)
+        timings["readout"] = time.perf_counter() - clock
 
-    clock = time.perf_counter()
-    # Z was computed head by head with the forward pass's own function on these very W_K, W_Q,
-    # so it is the forward pass's Z; the outputs go through the model's readout.
-    verification = check(Z, R, weights, data, tol)
+        clock = time.perf_counter()
+        # Z was computed head by head with the forward pass's own function on these very W_K, W_Q,
+        # so it is the forward pass's Z (at high precision, recomputed from the rounded weights);
+        # the outputs go through the model's readout.
+        if not prec.is_float64:
+            Z = feature_matrix(data_p.E, data_p.X, weights)
+        verification = check(Z, R, weights, data_p, tol)
     timings["verify"] = time.perf_counter() - clock
     result = BuildResult(weights=weights, data=data, k=k, capacity=capacity(H, n, d_h), heads=evidence,
                          verification=verification, seed=seed, timings=timings, trace=traces or [],
-                         scale=scale)
+                         scale=scale, precision=str(prec), precision_reason=why)
     if not verification.passed:
         raise ConstructionError(
-            f"verification failed: rank Z = {verification.rank_Z} of T = {T}, max |f − y| = "
+            f"verification failed at {prec}: rank Z = {verification.rank_Z} of T = {T}, max |f − y| = "
             f"{verification.max_abs_error:.3g} (allowed {verification.tol:.3g}); σ_min(Z) = "
-            f"{verification.sigma_min_Z:.3g}. Float64 cannot hold this construction (MATH.md §5); "
-            "largest scale used: " + f"{max(e.scale for e in evidence):.3g}")
+            f"{verification.sigma_min_Z:.3g}; largest scale used: {max(e.scale for e in evidence):.3g}. "
+            + ("Float64 cannot hold this construction (MATH.md §5): use precision auto or more bits"
+               if prec.is_float64 else "raise the precision"))
     return result
 
 
@@ -367,6 +481,8 @@ def evidence_dict(result: BuildResult) -> dict:
         "H": w.H, "d_h": w.d_h, "d_v": w.d_v, "skip": w.skip, "k": result.k, "capacity": result.capacity,
         "parameters": param_count(w.H, w.d, w.d_h, w.d_v, w.d_o),
         "heads_used": len(result.heads), "scale": result.scale,
+        "precision": {"arithmetic": result.precision, "bits": result.weights.bits or 53,
+                      "why": result.precision_reason, "rounding_ratio": rounding_ratio(result)},
         "verification": result.verification.to_dict(),
         "heads": [asdict(e) for e in result.heads],
         "seed": result.seed, "timings_s": result.timings,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import precision
 from .linalg import gram_solve
 
 
@@ -30,6 +31,8 @@ def logit_preimages(E_S: np.ndarray, ell: np.ndarray) -> np.ndarray:
 
     ``E_S`` (m, n, d) has full row rank per example (A2); solved through the QR of ``E^(t)T``.
     """
+    if precision.is_mp(E_S):                            # u = E^T (E E^T)^{-1} ℓ at high precision
+        return np.stack([E.T @ precision.gram_solve_rows(E, l) for E, l in zip(E_S, ell)])
     Q, R = np.linalg.qr(np.swapaxes(E_S, 1, 2))          # E^T = Q R, Q (m, d, n), R (m, n, n)
     y = np.linalg.solve(np.swapaxes(R, 1, 2), ell[..., None])  # R^T y = ℓ
     return (Q @ y)[..., 0]
@@ -41,8 +44,10 @@ def claim1_factors(E_S: np.ndarray, X_S: np.ndarray, s: np.ndarray) -> tuple[np.
     Returns:
         ``K = U (X_S^T X_S)^{-1}`` and ``Q = X_S^T``, each of shape (d, m).
     """
-    U = logit_preimages(E_S, np.log(s))                  # (m, d)
+    U = logit_preimages(E_S, precision.log(s))           # (m, d)
     Xs = X_S.T                                           # (d, m)
+    if precision.is_mp(Xs):
+        return precision.solve(Xs.T @ Xs, U).T, Xs.copy()
     _, R = np.linalg.qr(Xs)
     # U holds the u^(t) as rows; (X^T X)^{-1} = R^{-1} R^{-T}, so K^T = R^{-1} R^{-T} U.
     K = gram_solve(R, U).T

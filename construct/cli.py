@@ -69,7 +69,7 @@ def _cmd_build(args) -> int:
                                                                "positional": args.positional}}
     progress = None if args.quiet else _progress_printer(sys.stderr)
     result = build(data, heads, head_dim=args.head_dim, value_dim=args.value_dim, skip=args.skip,
-                   seed=args.seed, tol=args.tol, scale=args.scale, progress=progress)
+                   seed=args.seed, tol=args.tol, scale=args.scale, precision=args.precision, progress=progress)
     weights_bytes, data_bytes = result.weights.to_bytes(), data.to_bytes()
     report = build_report(result, data_source=source, data_sha256=sha256(data_bytes),
                           weights_sha256=sha256(weights_bytes), total_seconds=time.perf_counter() - started)
@@ -100,6 +100,39 @@ def _cmd_verify(args) -> int:
                  "FAIL: " + ("labels not reproduced within the tolerance" if v.max_abs_error > v.tol
                              else f"rank Z = {v.rank_Z} < T = {v.T}")))
     return 0 if v.passed else 1
+
+
+def _cmd_certify(args) -> int:
+    import json
+
+    from .certify import certify, check_certificate
+    from .data import load_dataset
+    from .io import json_bytes, sha256, write_atomic
+    from .model import load_weights
+
+    weights, data = load_weights(args.weights), load_dataset(args.data)
+    if args.check is not None:
+        try:
+            cert = json.loads(Path(args.check).read_text())
+        except (OSError, ValueError) as exc:
+            raise InputError([f"{args.check}: not a readable JSON certificate ({exc})"], what="invalid certificate")
+        problems = check_certificate(cert, weights, data, tol=args.tol)
+        print("certificate ACCEPTED: every claim is proven again for these files" if not problems else
+              "certificate REJECTED:\n  " + "\n  ".join(problems))
+        return 0 if not problems else 1
+    result = certify(weights, data, tol=args.tol, weights_sha256=sha256(Path(args.weights).read_bytes()),
+                     data_sha256=sha256(Path(args.data).read_bytes()))
+    if args.out is not None:
+        write_atomic(args.out, json_bytes(result.claims))
+    c = result.claims
+    lines = [f"interval arithmetic at {c['interval_bits']} bits on the exact stored weights"]
+    for key in ("rank", "memorization", "classification"):
+        if key in c:
+            claim = c[key]
+            lines.append(f"{key:<15}" + (f"PROVEN  {claim['claim']}" if claim.get("proven") else
+                                          f"not proven: {claim.get('reason', claim)}"))
+    print("\n".join(lines))
+    return 0 if result.passed else 1
 
 
 def _cmd_assumptions(args) -> int:
@@ -140,6 +173,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--value-dim", type=_positive, help="d_v (default d_o)")
     b.add_argument("--skip", action="store_true", help="skip connection: f = W_D^T(x + W_O^T[...]) (App. C)")
     b.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
+    b.add_argument("--precision", default="auto", metavar="{auto,float64,BITS}",
+                   help="arithmetic of the construction: auto (float64 unless MATH.md §5 predicts it "
+                        "cannot hold it), float64, or mpmath with BITS bits (default auto)")
     b.add_argument("--scale", choices=SCALES, default="smallest",
                    help="saturation scales: the smallest that keeps the rank (measured, default) or the "
                         "explicit bound of MATH.md §4.4.5; the report shows both")
@@ -164,6 +200,16 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"allowed max |f-y| relative to max(1, max|Y|) (default {DEFAULT_TOL:g})")
     v.add_argument("--json", action="store_true", help="print the result as JSON")
     v.set_defaults(run=_cmd_verify)
+
+    c = sub.add_parser("certify", help="prove rank Z = T and bound max |f - y| by interval arithmetic")
+    c.add_argument("weights", type=Path)
+    c.add_argument("data", type=Path)
+    c.add_argument("--out", type=Path, help="write the certificate (JSON) here")
+    c.add_argument("--check", type=Path, metavar="CERT.json",
+                   help="instead, re-prove every claim of an existing certificate for these files")
+    c.add_argument("--tol", type=float, default=DEFAULT_TOL,
+                   help=f"memorization claim: max |f-y| <= tol * max(1, max|Y|) (default {DEFAULT_TOL:g})")
+    c.set_defaults(run=_cmd_certify)
 
     a = sub.add_parser("assumptions", help="report A1, A2, A3 and general position for a dataset")
     a.add_argument("data", type=Path)

@@ -118,13 +118,36 @@ def as_dataset(E, X, Y) -> Dataset:
     return Dataset(np.ascontiguousarray(E), np.ascontiguousarray(X), np.ascontiguousarray(Y))
 
 
+def as_one_hot(labels) -> np.ndarray:
+    """Integer class labels (T,) → one-hot targets (T, classes), classes = largest label + 1.
+
+    Raises:
+        InputError: labels that are not non-negative integers, by example.
+    """
+    lab = np.asarray(labels)
+    if lab.ndim != 1 or lab.dtype.kind not in "iu":
+        raise InputError([f"labels: expected a 1-D integer array, got {lab.dtype} of shape {lab.shape}"],
+                         what="invalid class labels")
+    bad = np.flatnonzero(lab < 0)
+    if bad.size:
+        raise InputError([f"labels: negative class in example(s) {_index_list(bad)}"], what="invalid class labels")
+    Y = np.zeros((lab.size, int(lab.max()) + 1 if lab.size else 1))
+    Y[np.arange(lab.size), lab] = 1.0
+    return Y
+
+
 def load_dataset(path: str | os.PathLike) -> Dataset:
     """Read and validate a dataset ``.npz`` holding ``E``, ``X``, ``Y`` (never unpickles).
+
+    A classification dataset may hold integer ``labels`` (T,) instead of ``Y``: they become
+    one-hot targets, ``d_o`` = number of classes.
 
     Raises:
         InputError: unreadable file, missing or unexpected arrays, or any problem of :func:`as_dataset`.
     """
     arrays = load_npz(path, what="dataset")
+    if "labels" in arrays and "Y" not in arrays:                  # classification: one-hot targets
+        arrays["Y"] = as_one_hot(arrays.pop("labels"))
     missing = [k for k in ("E", "X", "Y") if k not in arrays]
     extra = sorted(set(arrays) - {"E", "X", "Y"})
     problems = [f"array {k!r} is missing from {str(path)!r}" for k in missing]

@@ -12,6 +12,8 @@ import scipy.linalg as sla
 import scipy.sparse.linalg as spla
 from threadpoolctl import ThreadpoolController
 
+from . import precision
+
 EPS = float(np.finfo(np.float64).eps)
 
 # Below this size a dense SVD of the triangular factor is cheap; above, Lanczos (ARPACK).
@@ -58,13 +60,17 @@ def gram_solve(R: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     return tri_solve(R, tri_solve(R, rhs, trans="T"))
 
 
-def rank_tol(sigma_max: float, shape: tuple[int, ...]) -> float:
-    """The rank tolerance for a matrix of ``shape`` whose largest singular value is ``sigma_max``."""
-    return max(shape) * EPS * float(sigma_max)
+def rank_tol(sigma_max, shape: tuple[int, ...], eps: float = EPS):
+    """The rank tolerance for a matrix of ``shape`` whose largest singular value is ``sigma_max``.
+
+    ``eps`` is the unit roundoff of the precision the matrix was computed in (float64 by default).
+    """
+    return max(shape) * eps * sigma_max
 
 
 def spectral_norm(A: np.ndarray) -> float:
-    """``‖A‖_2``, from the eigenvalues of the smaller Gram matrix (the largest is well conditioned)."""
+    """``‖A‖_2`` in float64, from the eigenvalues of the smaller Gram matrix (the largest is well conditioned)."""
+    A = precision.to_float(A)
     if A.size == 0:
         return 0.0
     G = A @ A.T if A.shape[0] <= A.shape[1] else A.T @ A
@@ -72,11 +78,11 @@ def spectral_norm(A: np.ndarray) -> float:
 
 
 def numerical_rank(A: np.ndarray) -> tuple[int, np.ndarray]:
-    """Rank of ``A`` under :func:`rank_tol`, with its singular values (descending)."""
-    s = sla.svdvals(A, check_finite=False) if A.size else np.zeros(0)
+    """Rank of ``A`` under :func:`rank_tol` at ``A``'s precision, with its singular values (descending)."""
+    s = precision.svdvals(A)
     if s.size == 0:
         return 0, s
-    return int(np.sum(s > rank_tol(s[0], A.shape))), s
+    return int(np.sum(s > rank_tol(s[0], A.shape, precision.of(A).eps))), s
 
 
 def triangular_extremes(R: np.ndarray) -> tuple[float, float]:

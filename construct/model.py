@@ -10,8 +10,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import mpmath
 import numpy as np
 
+from . import precision
 from .errors import InputError
 from .io import load_npz, npz_bytes
 
@@ -31,6 +33,8 @@ class Weights:
         W_O: output map, shape (H·d_v, d).
         W_D: readout, shape (d, d_o).
         skip: whether the output adds the query (App. C).
+        bits: None for float64 weights; otherwise the arrays hold mpmath numbers of this many
+            bits, and the file keeps them exactly (see :meth:`arrays`).
     """
 
     W_K: np.ndarray
@@ -39,6 +43,7 @@ class Weights:
     W_O: np.ndarray
     W_D: np.ndarray
     skip: bool = False
+    bits: int | None = None
 
     @property
     def H(self) -> int:
@@ -65,8 +70,19 @@ class Weights:
         return param_count(self.H, self.d, self.d_h, self.d_v, self.d_o)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {"W_K": self.W_K, "W_Q": self.W_Q, "W_V": self.W_V, "W_O": self.W_O,
-                "W_D": self.W_D, "skip": np.asarray(bool(self.skip))}
+        """The file's arrays. High-precision weights add, for each matrix, ``<name>_decimal``: the
+        exact values as decimal strings (enough digits to round-trip at ``bits``), and ``bits``;
+        the float64 arrays are their nearest float64 values, for tools that read only those."""
+        out = {name: precision.to_float(getattr(self, name)) for name in _MATRICES}
+        out["skip"] = np.asarray(bool(self.skip))
+        if self.bits is not None:
+            digits = int(self.bits * 0.30103) + 3
+            for name in _MATRICES:
+                a = getattr(self, name)
+                out[f"{name}_decimal"] = np.array([mpmath.nstr(v, digits, strip_zeros=False)
+                                                   for v in a.ravel()], dtype=str).reshape(a.shape)
+            out["bits"] = np.asarray(self.bits)
+        return out
 
     def to_bytes(self) -> bytes:
         """The weights as a reproducible ``.npz`` file's bytes."""
@@ -75,6 +91,7 @@ class Weights:
 
 _SHAPES = {"W_K": "(H, d, d_h)", "W_Q": "(H, d, d_h)", "W_V": "(H, d, d_v)", "W_O": "(H·d_v, d)",
            "W_D": "(d, d_o)"}
+_MATRICES = tuple(_SHAPES)
 
 
 def as_weights(W_K, W_Q, W_V, W_O, W_D, skip=False) -> Weights:
@@ -128,7 +145,37 @@ def load_weights(path: str | os.PathLike) -> Weights:
     missing = [k for k in names if k not in arrays]
     if missing:
         raise InputError([f"array {k!r} is missing from {str(path)!r}" for k in missing], what="invalid weights")
-    return as_weights(*(arrays[k] for k in names))
+    weights = as_weights(*(arrays[k] for k in names))
+    if "bits" not in arrays:
+        return weights
+    return _exact_weights(arrays, weights, path)
+
+
+def _exact_weights(arrays: dict, rounded: Weights, path) -> Weights:
+    """High-precision weights from their decimal arrays (validated against the float64 ones)."""
+    problems = []
+    bits_arr = arrays["bits"]
+    if bits_arr.shape != () or bits_arr.dtype.kind not in "iu" or int(bits_arr) < 53:
+        raise InputError([f"bits: expected an integer ≥ 53, got {bits_arr!r}"], what="invalid weights")
+    bits = int(bits_arr)
+    exact = {}
+    with mpmath.mp.workprec(bits):
+        for name in _MATRICES:
+            text = arrays.get(f"{name}_decimal")
+            if text is None or text.dtype.kind != "U" or text.shape != getattr(rounded, name).shape:
+                problems.append(f"{name}_decimal: missing, not strings, or not of {name}'s shape in {str(path)!r}")
+                continue
+            try:
+                values = np.array([mpmath.mpf(t) for t in text.ravel()], dtype=object).reshape(text.shape)
+            except (ValueError, TypeError):
+                problems.append(f"{name}_decimal: not decimal numbers")
+                continue
+            if not np.array_equal(values.astype(np.float64), getattr(rounded, name)):
+                problems.append(f"{name}: the float64 array is not the rounding of {name}_decimal")
+            exact[name] = values
+    if problems:
+        raise InputError(problems, what="invalid high-precision weights")
+    return Weights(**exact, skip=rounded.skip, bits=bits)
 
 
 def check_compatible(weights: Weights, d: int, d_o: int) -> None:
@@ -144,10 +191,8 @@ def check_compatible(weights: Weights, d: int, d_o: int) -> None:
 
 def softmax(logits: np.ndarray) -> np.ndarray:
     """Softmax over the last axis, shifted by the maximum so that no exponential overflows."""
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    np.exp(shifted, out=shifted)
-    shifted /= shifted.sum(axis=-1, keepdims=True)
-    return shifted
+    shifted = precision.exp(logits - logits.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
 def head_logits(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray) -> np.ndarray:
@@ -173,7 +218,7 @@ def head_features(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray
 def feature_matrix(E: np.ndarray, X: np.ndarray, weights: Weights) -> np.ndarray:
     """The feature matrix ``Z`` (T, H·d): row t is ``[z_1; …; z_H]`` of example t."""
     T, d = X.shape
-    Z = np.empty((T, weights.H * d))
+    Z = precision.of(weights.W_K).zeros((T, weights.H * d))
     for h in range(weights.H):
         Z[:, h * d:(h + 1) * d] = head_features(E, X, weights.W_K[h], weights.W_Q[h])
     return Z

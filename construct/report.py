@@ -37,6 +37,7 @@ def summary_text(rep: dict) -> str:
         f"model        H = {rep['H']} heads, d_h = {rep['d_h']}, d_v = {rep['d_v']}, skip = {rep['skip']}, "
         f"{rep['parameters']} parameters",
         f"capacity     H(k-1)+1 = {rep['capacity']} with k = {rep['k']}; {rep['heads_used']} head(s) used",
+        f"precision    {rep['precision']['arithmetic']}: {rep['precision']['why']}",
         f"rank Z       {v['rank_Z']} of T = {v['T']}   sigma_min(Z) = {v['sigma_min_Z']:.3e}, "
         f"sigma_max(Z) = {v['sigma_max_Z']:.3e}",
     ]

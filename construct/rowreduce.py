@@ -26,6 +26,7 @@ import numpy as np
 import scipy.linalg as sla
 from scipy.linalg import lapack
 
+from . import precision
 from .errors import ConstructionError
 from .linalg import EPS, blas_limit, gram_solve, qr_r, tri_solve
 
@@ -131,3 +132,32 @@ class RowSpaceFactor:
         self.R, self.a = R, stop
         self._W = np.zeros((stop, 0), order="F")
 
+
+
+class GramRowReduction:
+    """The row reduction at high precision: ``C = V Z_A^T (Z_A Z_A^T)^{-1}`` by normal equations.
+
+    The interface of :class:`RowSpaceFactor` for ``mpf`` arrays (small problems, where
+    refactorizing is cheap). Squaring the condition number costs bits, not accuracy: the
+    precision is chosen with the conditioning in it (:func:`construct.precision.bits_needed`).
+    """
+
+    def __init__(self, Z: np.ndarray):
+        self.Z = Z
+        self.a = 0
+        self.f = 0
+        self._stop = 0
+
+    def stage(self, stop: int) -> np.ndarray:
+        """``C`` (stop − a, a) for rows ``a..stop−1`` on the fitted rows, over the known features."""
+        self._stop = stop
+        Z_A, V = self.Z[:self.a, :self.f], self.Z[self.a:stop, :self.f]
+        if self.a == 0:
+            return np.zeros((stop, 0), dtype=object)
+        return precision.gram_solve_rows(Z_A, Z_A @ V.T).T
+
+    def add_features(self, f_new: int) -> None:
+        self.f = max(self.f, f_new)
+
+    def commit(self) -> None:
+        self.a = self._stop

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import mpmath
 import numpy as np
+
+from . import precision
 
 
 @dataclass(frozen=True)
@@ -32,10 +35,19 @@ class Separator:
 
 
 def orthogonal_direction(X_S: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """A random unit vector orthogonal to the rows of ``X_S`` (m, d), ``m < d``."""
+    """A random unit vector orthogonal to the rows of ``X_S`` (m, d), ``m < d``, at ``X_S``'s precision.
+
+    At high precision the float64 direction is projected once more, at that precision, so that
+    ``X_S b`` vanishes to its rounding instead of float64's.
+    """
     m, d = X_S.shape
-    Q, _ = np.linalg.qr(X_S.T, mode="complete")
+    Q, _ = np.linalg.qr(precision.to_float(X_S).T, mode="complete")
     b = Q[:, m:] @ rng.standard_normal(d - m)
+    if precision.is_mp(X_S):
+        b = precision.of(X_S).asarray(b)
+        if m:
+            b = b - X_S.T @ precision.gram_solve_rows(X_S, X_S @ b)
+        return b / mpmath.sqrt(b @ b)
     return b / np.linalg.norm(b)
 
 
@@ -49,15 +61,15 @@ def top_gap(g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     j_star = np.argmax(g, axis=1)
     if g.shape[1] == 1:
         return j_star, np.full(g.shape[0], np.inf)
-    top2 = -np.partition(-g, 1, axis=1)[:, :2]
-    return j_star, top2[:, 0] - top2[:, 1]
+    top2 = np.sort(g, axis=1)[:, -2:] if precision.is_mp(g) else -np.partition(-g, 1, axis=1)[:, 1::-1]
+    return j_star, top2[:, 1] - top2[:, 0]
 
 
 def rank_one_separator(X_S: np.ndarray, E_A: np.ndarray, X_A: np.ndarray,
                        rng: np.random.Generator) -> Separator:
     """Lemma 3 for fitted queries ``X_S`` (m, d) and other examples ``E_A`` (|A|, n, d), ``X_A`` (|A|, d)."""
     b = orthogonal_direction(X_S, rng)
-    a = rng.standard_normal(X_S.shape[1])
+    a = precision.of(X_S).asarray(rng.standard_normal(X_S.shape[1]))
     g = separator_logits(E_A, X_A, a, b)
     j_star, delta = top_gap(g)
     return Separator(a=a, b=b, g=g, j_star=j_star, delta=delta)

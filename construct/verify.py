@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from . import precision
 from .data import Dataset
 from .linalg import numerical_rank, qr_r, rank_tol, triangular_extremes
 from .model import Weights, check_compatible, feature_matrix, forward, output_from_features
@@ -50,7 +51,7 @@ class Verification:
         return asdict(self)
 
 
-def check(Z: np.ndarray, R: np.ndarray, weights: Weights, data: Dataset,
+def check(Z: np.ndarray, R: np.ndarray | None, weights: Weights, data: Dataset,
           tol: float = DEFAULT_TOL) -> Verification:
     """Verify from a computed feature matrix ``Z`` (T, H·d) and the ``R`` of ``Z^T = Q R``.
 
@@ -59,7 +60,12 @@ def check(Z: np.ndarray, R: np.ndarray, weights: Weights, data: Dataset,
     """
     out = output_from_features(Z, data.X, weights)
     err = float(np.abs(out - data.Y).max())
-    if Z.shape[1] < Z.shape[0]:                     # fewer features than examples: rank Z < T
+    if precision.is_mp(Z) or R is None:             # small, high precision: singular values of Z
+        rank, s = numerical_rank(Z)
+        s_max = float(s[0]) if s.size else 0.0
+        s_min = float(s[data.T - 1]) if s.size >= data.T else 0.0
+        rtol = float(rank_tol(s_max, Z.shape, precision.of(Z).eps))
+    elif Z.shape[1] < Z.shape[0]:                   # fewer features than examples: rank Z < T
         rank, s = numerical_rank(Z)
         s_max, s_min, rtol = float(s[0]), 0.0, rank_tol(s[0], Z.shape)
     else:
@@ -75,12 +81,19 @@ def check(Z: np.ndarray, R: np.ndarray, weights: Weights, data: Dataset,
 def verify(weights: Weights, data: Dataset, tol: float = DEFAULT_TOL) -> Verification:
     """Recompute ``Z`` and the outputs from the weights and decide whether they memorize ``data``.
 
+    High-precision weights are evaluated at their own precision (``weights.bits``).
+
     Raises:
         InputError: the weights' dimensions do not match the data's.
     """
     check_compatible(weights, data.d, data.d_o)
-    Z = feature_matrix(data.E, data.X, weights)
-    return check(Z, qr_r(Z.T), weights, data, tol)
+    if weights.bits is None:
+        Z = feature_matrix(data.E, data.X, weights)
+        return check(Z, qr_r(Z.T), weights, data, tol)
+    prec = precision.Precision(weights.bits)
+    with prec.working():                            # evaluate at the weights' own precision
+        data_p = Dataset(prec.asarray(data.E), prec.asarray(data.X), prec.asarray(data.Y))
+        return check(feature_matrix(data_p.E, data_p.X, weights), None, weights, data_p, tol)
 
 
 def float32_error(weights: Weights, data: Dataset) -> dict:
@@ -89,8 +102,8 @@ def float32_error(weights: Weights, data: Dataset) -> dict:
     Returns:
         ``{"max_abs_error": ..., "tol": FLOAT32_TOL · max(1, max|Y|), "survives": bool}``.
     """
-    w32 = Weights(**{k: getattr(weights, k).astype(np.float32) for k in ("W_K", "W_Q", "W_V", "W_O", "W_D")},
-                  skip=weights.skip)
+    w32 = Weights(**{k: precision.to_float(getattr(weights, k)).astype(np.float32)
+                     for k in ("W_K", "W_Q", "W_V", "W_O", "W_D")}, skip=weights.skip)
     with np.errstate(over="ignore", invalid="ignore"):
         out = forward(data.E.astype(np.float32), data.X.astype(np.float32), w32).astype(np.float64)
     err = float(np.abs(out - data.Y).max()) if np.all(np.isfinite(out)) else float("inf")

@@ -23,24 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from construct.linalg import EPS, numerical_rank
+from construct.linalg import numerical_rank
+from construct.precision import logit_rounding
 
 EXACT_TOL = 1e-9
 
 __all__ = ["Check", "EXACT_TOL", "factored_rank", "logit_rounding"]
-
-
-def logit_rounding(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray) -> float:
-    """Bound on the float64 error of the logits ``E^(t) W_K W_Q^T x^(t)`` over the examples.
-
-    The standard bound for a product of matrices, ``γ_k ‖E‖ ‖W_K‖ ‖W_Q‖ ‖x‖`` with
-    ``γ_k ≈ k ε`` and ``k = d + d_h`` the inner dimensions summed over.
-    """
-    if not E.size or not W_K.size:
-        return 0.0
-    k = E.shape[-1] + W_K.shape[1]
-    norms = np.linalg.norm(E, axis=(1, 2)) * np.linalg.norm(X, axis=1)
-    return float(k * EPS * np.linalg.norm(W_K, 2) * np.linalg.norm(W_Q, 2) * norms.max())
 
 
 def factored_rank(K: np.ndarray, Q: np.ndarray) -> int:

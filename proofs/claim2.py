@@ -75,6 +75,8 @@ def check_head(result: BuildResult, head: int) -> Check:
     """
     if not result.trace:
         raise ValueError("check_head needs a build made with trace=True")
+    if result.weights.bits is not None:
+        raise ValueError("check_head checks float64 builds; build with precision='float64'")
     if not 2 <= head <= len(result.trace):
         raise ValueError(f"head must be between 2 and {len(result.trace)}, got {head}")
     h, tr, ev = head - 1, result.trace[head - 1], result.heads[head - 1]

@@ -72,6 +72,8 @@ def check_step(result: BuildResult, head: int) -> Check:
     """
     if not result.trace:
         raise ValueError("check_step needs a build made with trace=True")
+    if result.weights.bits is not None:
+        raise ValueError("check_step checks float64 builds; build with precision='float64'")
     if not 2 <= head <= len(result.trace):
         raise ValueError(f"head must be between 2 and {len(result.trace)}, got {head}")
     data, tr, ev = result.data, result.trace[head - 1], result.heads[head - 1]

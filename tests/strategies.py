@@ -101,3 +101,44 @@ def arbitrary_weights(draw, H: int, d: int, d_h: int, rng: np.random.Generator):
     W_Q = rng.standard_normal((H, d, d_h))
     return Weights(W_K=W_K, W_Q=W_Q, W_V=rng.standard_normal((H, d, 1)), W_O=rng.standard_normal((H, d)),
                    W_D=rng.standard_normal((d, 1)), skip=False)
+
+
+def near_degenerate_family(gap: float, seed: int = 0, H: int = 3, n: int = 3, d: int = 4) -> Dataset:
+    """The shipped near-degenerate family (issue #4): Lemma 3's smallest gap δ is about ``gap``.
+
+    Example 0 (group 1) shares its context with example ``n`` (group 2) and its query lies
+    ``gap`` away from that example's: head 2's separator meets example 0 at ``b·x ≈ gap``, and
+    the row reduction ties the two examples together (``C`` has an entry near 1), so head 2
+    must saturate example 0 through a tiny gap: ``c_2 ≈ 1/gap``.
+    """
+    rng = np.random.default_rng(seed)
+    T = H * (n - 1) + 1
+    E, X, Y = rng.random((T, n, d)), rng.random((T, d)), rng.random(T)
+    u = rng.standard_normal(d)
+    E[0] = E[n]
+    X[0] = X[n] + gap * u / np.linalg.norm(u)
+    return as_dataset(E, X, Y)
+
+
+@st.composite
+def adversarial(draw) -> tuple[Dataset, int]:
+    """Adversarial but valid problems: (data, H).
+
+    - ``span``: a query within 1e-13..1e-10 of a later group's span (tiny Lemma 3 gap);
+    - ``tokens``: a context with two tokens 1e-9 apart (its logits nearly tie);
+    - ``family``: :func:`near_degenerate_family` with a gap from 1e-13 to 1e-9.
+    """
+    kind = draw(st.sampled_from(["span", "tokens", "family"]))
+    seed = draw(seeds)
+    if kind == "family":
+        return near_degenerate_family(10.0 ** draw(st.floats(-13, -9)), seed), 3
+    rng = np.random.default_rng(seed)
+    H, n, d = 3, 3, 4
+    T = H * (n - 1) + 1
+    E, X, Y = rng.random((T, n, d)), rng.random((T, d)), rng.random(T)
+    if kind == "span":
+        X[0] = X[n] - X[n + 1] + 10.0 ** draw(st.floats(-13, -10)) * rng.standard_normal(d)
+    else:
+        t = draw(st.integers(0, T - 1))
+        E[t, 1] = E[t, 0] + 1e-9 * rng.standard_normal(d)
+    return as_dataset(E, X, Y), H

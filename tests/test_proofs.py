@@ -31,7 +31,7 @@ def test_prop1_claim2_every_head_of_the_construction_follows_the_proof(p: Proble
     # Head by head: Claim 2 on the weights as built (targets met on the group, the earlier
     # examples saturated to the recorded tokens j*), and Prop. 1's induction step (the row
     # reduction is Z'_S (Z'_A)^+, the Lemma 4 + Weyl bound is below σ_min(M), the rank grows).
-    result = build(p.data, p.H, head_dim=p.d_h, trace=True)
+    result = build(p.data, p.H, head_dim=p.d_h, trace=True, precision="float64")   # the checks are float64
     for head in range(2, len(result.trace) + 1):
         for r in (proofs.claim2.check_head(result, head), proofs.prop1.check_step(result, head)):
             assert r.confirmed, str(r)

@@ -1,0 +1,156 @@
+"""Issue #4: the precision policy, lossless high-precision weights, certificates, classification.
+
+Expensive (mpmath) tests draw fewer examples than the 200 of the statement tests.
+"""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from construct import ConstructionError, build, synthetic, verify
+from construct.certify import certify, check_certificate
+from construct.cli import main
+from construct.data import as_dataset, as_one_hot, load_dataset
+from construct.io import npz_bytes
+from construct.model import Weights, load_weights
+from construct.precision import ERROR_TARGET, parse
+
+from .strategies import adversarial, near_degenerate_family
+
+
+def test_near_degenerate_family_needs_high_precision_and_is_certified():
+    data = near_degenerate_family(1e-13)
+    auto = build(data, 3)
+    assert min(e.delta_min for e in auto.heads[1:]) <= 1e-9
+    assert auto.weights.bits is not None and auto.weights.bits >= 128
+    assert "worst-case estimate" in auto.precision_reason
+    cert = certify(auto.weights, data)
+    assert cert.passed
+    assert cert.claims["rank"]["proven"] and cert.claims["memorization"]["max_abs_error_bound"] <= ERROR_TARGET
+
+
+def test_float64_at_the_explicit_scale_provably_fails_where_auto_succeeds():
+    # float64 passes its own float64 check here, but the certificate of those weights (the exact
+    # model) cannot prove memorization; auto's weights are proven.
+    data = near_degenerate_family(1e-13)
+    try:
+        f64 = build(data, 3, precision="float64", scale="explicit")
+    except ConstructionError as exc:
+        assert "precision auto" in str(exc)
+    else:
+        assert "certify before relying on it" in f64.precision_reason
+        assert not certify(f64.weights, data).claims["memorization"]["proven"]
+    assert certify(build(data, 3, scale="explicit").weights, data).passed
+
+
+@settings(max_examples=25, deadline=None)
+@given(adversarial())
+def test_auto_memorizes_adversarial_data_and_certify_proves_it(case):
+    data, H = case
+    result = build(data, H)
+    assert result.verification.passed
+    cert = certify(result.weights, data)
+    assert cert.passed, json.dumps(cert.claims, default=str)[:600]
+
+
+def test_precision_option_parses_and_rejects():
+    assert parse("auto") == "auto" and parse("float64").is_float64 and parse("200").bits == 200
+    for bad in ("12", "lots"):
+        with pytest.raises(ValueError):
+            parse(bad)
+
+
+def test_high_precision_weights_round_trip_losslessly(tmp_path):
+    data = synthetic("independent", T=7, n=3, d=4, seed=1)
+    w = build(data, 3, precision="160").weights
+    path = tmp_path / "w.npz"
+    path.write_bytes(w.to_bytes())
+    raw = np.load(path, allow_pickle=False)                       # loads without pickle
+    assert raw["bits"] == 160 and raw["W_K_decimal"].dtype.kind == "U"
+    back = load_weights(path)
+    assert back.bits == 160 and back.to_bytes() == w.to_bytes()
+    assert all(np.array_equal(getattr(back, k), getattr(w, k)) for k in ("W_K", "W_Q", "W_V", "W_O", "W_D"))
+    v = verify(back, data)
+    assert v.passed and v.max_abs_error <= 1e-40
+
+
+def test_tampered_decimal_weights_are_refused(tmp_path):
+    data = synthetic("independent", T=7, n=3, d=4, seed=1)
+    arrays = build(data, 3, precision="128").weights.arrays()
+    arrays["W_K_decimal"] = arrays["W_K_decimal"].copy()
+    arrays["W_K_decimal"][0, 0, 0] = "7"
+    path = tmp_path / "w.npz"
+    path.write_bytes(npz_bytes(arrays))
+    code = main(["verify", str(path), str(tmp_path / "none.npz")])
+    assert code == 2
+
+
+def _changed(weights: Weights, delta: float) -> Weights:
+    W_V = np.array(weights.W_V, copy=True)
+    W_V[0, 0, 0] = W_V[0, 0, 0] + delta
+    return Weights(W_K=weights.W_K, W_Q=weights.W_Q, W_V=W_V, W_O=weights.W_O, W_D=weights.W_D,
+                   skip=weights.skip, bits=weights.bits)
+
+
+def test_changing_one_weight_or_one_label_fails_certification():
+    data = synthetic("independent", T=7, n=3, d=4, seed=2)
+    w = build(data, 3).weights
+    assert certify(w, data).passed
+    assert not certify(_changed(w, 1e-3), data).passed
+    Y = data.Y.copy()
+    Y[3, 0] += 1e-3
+    assert not certify(w, as_dataset(data.E, data.X, Y)).passed
+
+
+def test_a_forged_certificate_is_rejected():
+    data = synthetic("independent", T=7, n=3, d=4, seed=3)
+    w = build(data, 3).weights
+    cert = certify(w, data).claims
+    assert check_certificate(cert, w, data) == []
+    lie = json.loads(json.dumps(cert))
+    lie["memorization"]["max_abs_error_bound"] = cert["memorization"]["max_abs_error_bound"] / 1e6
+    assert any("only" in p for p in check_certificate(lie, w, data))
+    assert any("other files" in p or "cannot be proven" in p for p in check_certificate(cert, _changed(w, 1e-3), data))
+
+
+def test_classification_labels_become_one_hot_and_zero_errors_are_proven(tmp_path):
+    rng = np.random.default_rng(0)
+    n, d, H = 3, 5, 4
+    T = H * (n - 1) + 1
+    labels = rng.integers(0, 3, T)
+    path = tmp_path / "cls.npz"
+    path.write_bytes(npz_bytes({"E": rng.random((T, n, d)), "X": rng.random((T, d)), "labels": labels}))
+    data = load_dataset(path)
+    assert data.d_o == 3 and np.array_equal(np.argmax(data.Y, axis=1), labels)
+    cert = certify(build(data, H).weights, data)
+    cls = cert.claims["classification"]
+    assert cert.passed and cls["proven"] and cls["misclassified_upper_bound"] == 0
+    assert cls["margin_lower_bound"] > cert.claims["memorization"]["max_abs_error_bound"]
+    with pytest.raises(Exception, match="labels"):
+        as_one_hot(np.array([0.5, 1.0]))
+
+
+def test_certify_cli_writes_checks_and_rejects(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["build", "--out", str(out), "--synthetic", "independent", "--context", "3", "--dim", "4",
+                 "--heads", "3", "--quiet"]) == 0
+    w, d, cert = out / "weights.npz", out / "data.npz", tmp_path / "cert.json"
+    assert main(["certify", str(w), str(d), "--out", str(cert)]) == 0
+    assert "PROVEN" in capsys.readouterr().out
+    assert json.loads(cert.read_text())["rank"]["proven"]
+    assert main(["certify", str(w), str(d), "--check", str(cert)]) == 0
+    forged = json.loads(cert.read_text())
+    forged["memorization"]["max_abs_error_bound"] = 0.0
+    (tmp_path / "forged.json").write_text(json.dumps(forged))
+    assert main(["certify", str(w), str(d), "--check", str(tmp_path / "forged.json")]) == 1
+    assert "REJECTED" in capsys.readouterr().out
+
+
+def test_certify_refuses_to_claim_beyond_its_budget():
+    data = synthetic("independent", T=1985, n=32, d=64, seed=0)
+    w = Weights(W_K=np.zeros((64, 64, 32)), W_Q=np.zeros((64, 64, 32)), W_V=np.zeros((64, 64, 1)),
+                W_O=np.zeros((64, 64)), W_D=np.zeros((64, 1)))
+    cert = certify(w, data)
+    assert not cert.passed and not cert.claims["rank"]["proven"] and "budget" in cert.claims["rank"]["reason"]
