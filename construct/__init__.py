@@ -11,11 +11,12 @@ from .build import BuildResult, HeadEvidence, build, capacity, heads_needed
 from .data import Dataset, as_dataset, load_dataset, synthetic
 from .errors import CapacityError, ConstructError, ConstructionError, InputError
 from .model import Weights, as_weights, feature_matrix, forward, load_weights, param_count
+from .teach import teach
 from .verify import Verification, verify
 
 __all__ = [
     "BuildResult", "CapacityError", "ConstructError", "ConstructionError", "Dataset", "HeadEvidence",
     "InputError", "Verification", "Weights", "as_dataset", "as_weights", "build", "capacity",
     "check_assumptions", "feature_matrix", "forward", "heads_needed", "kruskal_rank", "load_dataset",
-    "load_weights", "param_count", "synthetic", "verify",
+    "load_weights", "param_count", "synthetic", "teach", "verify",
 ]

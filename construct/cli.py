@@ -135,6 +135,26 @@ def _cmd_certify(args) -> int:
     return 0 if result.passed else 1
 
 
+def _cmd_teach(args) -> int:
+    from .io import write_atomic
+    from .teach import teach
+
+    walk = teach(args.heads, args.context, args.dim, seed=args.seed, shared=args.shared, rational=args.rational)
+    if args.format == "html":
+        payload = walk.html()
+    elif args.format == "markdown":
+        payload = walk.markdown()
+    else:
+        payload = walk.text(color=args.out is None and sys.stdout.isatty())
+    if args.out is None:
+        print(payload, end="")
+    else:
+        name = {"html": "teach.html", "markdown": "teach.md", "text": "teach.txt"}[args.format]
+        write_atomic(Path(args.out) / name, payload.encode())
+        print(f"wrote {Path(args.out) / name} ({len(walk.steps)} steps, {len(walk.figures)} figures)")
+    return 0
+
+
 def _cmd_assumptions(args) -> int:
     import json
 
@@ -210,6 +230,17 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--tol", type=float, default=DEFAULT_TOL,
                    help=f"memorization claim: max |f-y| <= tol * max(1, max|Y|) (default {DEFAULT_TOL:g})")
     c.set_defaults(run=_cmd_certify)
+
+    t = sub.add_parser("teach", help="run the construction on a tiny dataset and narrate every step")
+    t.add_argument("--heads", type=_positive, default=3, help="H (default 3)")
+    t.add_argument("--context", type=_positive, default=3, help="n (default 3)")
+    t.add_argument("--dim", type=_positive, default=4, help="d (default 4)")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--shared", action="store_true", help="one context for every example (Prop. 2)")
+    t.add_argument("--rational", action="store_true", help="exact rational inputs, small matrices shown exactly")
+    t.add_argument("--format", choices=("text", "markdown", "html"), default="text")
+    t.add_argument("--out", type=Path, help="write teach.txt / teach.md / teach.html into this folder")
+    t.set_defaults(run=_cmd_teach)
 
     a = sub.add_parser("assumptions", help="report A1, A2, A3 and general position for a dataset")
     a.add_argument("data", type=Path)

@@ -37,14 +37,25 @@ def npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
     return buf.getvalue()
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: str | os.PathLike, payload: bytes) -> None:
-    """Write ``payload`` to ``path`` through a temporary file and a rename."""
+    """Write ``payload`` to ``path`` through a temporary file and a rename.
+
+    The file gets the permissions a plain ``open(path, "wb")`` would give (``0o666`` less the
+    umask), not the owner-only ones of the temporary file.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(payload)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

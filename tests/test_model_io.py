@@ -75,3 +75,16 @@ def test_atomic_write_leaves_no_partial_file(tmp_path):
     with pytest.raises(TypeError):
         write_atomic(tmp_path / "g.bin", object())           # fails while writing
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sub"]
+
+
+def test_outputs_get_ordinary_file_permissions(tmp_path):
+    import os
+
+    from construct.io import write_atomic
+
+    old = os.umask(0o022)
+    try:
+        write_atomic(tmp_path / "f.bin", b"x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "f.bin").stat().st_mode & 0o777 == 0o644
