@@ -24,7 +24,8 @@ def saturation_bound(ell_inf, delta, c: float, n: int):
     """Lemma 4's bound ``2 (n − 1) exp(2‖ℓ‖_∞ − c δ)`` on the L1 distance to the one-hot."""
     if n == 1:
         return np.zeros_like(np.asarray(ell_inf, dtype=float))
-    return 2.0 * (n - 1) * np.exp(2.0 * np.asarray(ell_inf) - c * np.asarray(delta))
+    with np.errstate(over="ignore"):                 # inf: the bound says nothing (distance ≤ 2)
+        return 2.0 * (n - 1) * np.exp(2.0 * np.asarray(ell_inf) - c * np.asarray(delta))
 
 
 def _log_prefactor(C_norm: float, count: int, rho: float, n: int) -> float:
@@ -35,16 +36,21 @@ def _log_prefactor(C_norm: float, count: int, rho: float, n: int) -> float:
 
 def rank_perturbation_bound(C_norm: float, rho: float, ell_inf: np.ndarray, delta: np.ndarray,
                             c: float, n: int) -> float:
-    """Upper bound on ``‖C (Z''_A − Z̄_A)‖_2`` at scale ``c``: the left side of the condition above."""
+    """Upper bound on ``‖C (Z''_A − Z̄_A)‖_2`` at scale ``c``: the left side of the condition above.
+
+    Each distance to a one-hot is also at most 2, so Lemma 4's factor ``(n − 1) exp(…)`` is capped
+    at 1: the bound stays finite (``2 ‖C‖_2 sqrt(|A|) ρ``) at small scales.
+    """
     if ell_inf.size == 0 or n == 1:
         return 0.0
-    log_terms = _log_prefactor(C_norm, ell_inf.size, rho, n) + 2.0 * ell_inf - c * delta
-    return float(np.exp(np.max(log_terms)))
+    log_terms = np.minimum(2.0 * ell_inf - c * delta + np.log(n - 1), 0.0) - np.log(n - 1)
+    return float(np.exp(_log_prefactor(C_norm, ell_inf.size, rho, n) + np.max(log_terms)))
 
 
 def explicit_scale(C_norm: float, rho: float, ell_inf: np.ndarray, delta: np.ndarray, n: int,
                    sigma_min_M: float, margin: float = MARGIN) -> float:
-    """Smallest ``c ≥ 0`` for which :func:`rank_perturbation_bound` is at most ``margin · σ_min(M)``.
+    """Smallest ``c ≥ 0`` satisfying MATH.md §4.4.5's condition with Lemma 4's bound as stated
+    (uncapped), so that :func:`rank_perturbation_bound` is at most ``margin · σ_min(M)``.
 
     Args:
         C_norm: ``‖C‖_2`` of the row reduction.

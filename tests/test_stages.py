@@ -6,7 +6,8 @@ from hypothesis import given, strategies as st
 from construct.model import head_logits, softmax
 from construct.readout import min_norm_solve, readout_weights
 from construct.rowreduce import RowSpaceFactor
-from construct.saturation import explicit_scale, perturbation_at, rank_perturbation_bound, smallest_scale
+from construct.saturation import (explicit_scale, perturbation_at, rank_perturbation_bound, saturation_bound,
+                                  smallest_scale)
 
 from .strategies import seeds
 
@@ -19,8 +20,9 @@ def test_explicit_scale_meets_its_condition(seed):
     sigma = rng.uniform(1e-6, 1)
     c = explicit_scale(**args, sigma_min_M=sigma)
     assert rank_perturbation_bound(**args, c=c) <= 0.5 * sigma * (1 + 1e-9)
-    if c > 0:
-        assert rank_perturbation_bound(**args, c=0.99 * c) > 0.5 * sigma
+    if c > 0:                                       # minimal for MATH.md §4.4.5's condition as stated
+        lemma4 = saturation_bound(ell_inf, delta, 0.99 * c, 6).max()
+        assert args["C_norm"] * np.sqrt(ell_inf.size) * args["rho"] * lemma4 > 0.5 * sigma
 
 
 @given(seeds, st.lists(st.integers(1, 5), min_size=1, max_size=6), st.booleans())
