@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import mpmath
 import numpy as np
 
-from . import precision
+from . import enclose, precision
 from .data import Dataset
 from .errors import InputError
 from .io import sha256
@@ -102,19 +102,40 @@ class Certificate:
     passed: bool
 
 
+METHODS = ("auto", "float64", "interval")
+
+
 def certify(weights: Weights, data: Dataset, *, tol: float = DEFAULT_TOL, bits: int | None = None,
-            weights_sha256: str | None = None, data_sha256: str | None = None) -> Certificate:
-    """Prove, by interval arithmetic, what ``weights`` do on ``data``.
+            method: str = "auto", weights_sha256: str | None = None,
+            data_sha256: str | None = None) -> Certificate:
+    """Prove what ``weights`` do on ``data``, for the exact model.
 
     Args:
         weights, data: the model and the dataset (weights at any precision).
         tol: the memorization claim is ``max |f − y| ≤ tol · max(1, max|Y|)``.
         bits: precision of the interval arithmetic (default: the weights' bits, or 53, plus 32).
+        method: ``"float64"``: rigorous float64 enclosures (:mod:`construct.enclose`), for float64
+            weights of any size; ``"interval"``: mpmath interval arithmetic, for weights at any
+            precision within :data:`INTERVAL_BUDGET`; ``"auto"``: float64 for float64 weights,
+            then, if a claim remains unproven and the problem is within the budget, interval.
 
     Raises:
-        InputError: the weights do not fit the data.
+        InputError: the weights do not fit the data, or an unknown method.
     """
     check_compatible(weights, data.d, data.d_o)
+    if method not in METHODS:
+        raise InputError([f"method must be one of {', '.join(METHODS)}, got {method!r}"], what="invalid option")
+    if method == "auto":                  # fast and rigorous first; tighter where affordable
+        args = dict(tol=tol, bits=bits, weights_sha256=weights_sha256, data_sha256=data_sha256)
+        if weights.bits is None:
+            fast = certify(weights, data, method="float64", **args)
+            T, n, d = data.E.shape
+            if fast.passed or T * weights.H * d * (n + T) > INTERVAL_BUDGET:
+                return fast
+        return certify(weights, data, method="interval", **args)
+    if method == "float64" and weights.bits is not None:
+        raise InputError(["the float64 method certifies float64 weights; these have "
+                          f"{weights.bits} bits: use the interval method"], what="invalid option")
     T, n, d = data.E.shape
     bits = bits or (weights.bits or 53) + EXTRA_BITS
     allowed = tol * max(1.0, float(np.abs(data.Y).max()))
@@ -122,10 +143,16 @@ def certify(weights: Weights, data: Dataset, *, tol: float = DEFAULT_TOL, bits: 
         "format": FORMAT,
         "weights_sha256": weights_sha256 or sha256(weights.to_bytes()),
         "data_sha256": data_sha256 or sha256(data.to_bytes()),
-        "T": T, "H": weights.H, "weights_precision_bits": weights.bits or 53, "interval_bits": bits,
-        "method": "interval arithmetic (mpmath.iv, outward rounding, exp included) on the exact "
-                  "stored weights and data",
+        "T": T, "H": weights.H, "weights_precision_bits": weights.bits or 53,
     }
+    if method == "float64":
+        claims["method"] = ("rigorous float64 enclosures (IEEE-754 round-to-nearest, classical error "
+                            "bounds, exp by a bounded polynomial) of the exact model")
+        claims.update(_float64_claims(weights, data, allowed))
+        return Certificate(claims, _passed(claims))
+    claims["interval_bits"] = bits
+    claims["method"] = ("interval arithmetic (mpmath.iv, outward rounding, exp included) on the exact "
+                        "stored weights and data")
     cost = T * weights.H * d * (n + T)
     if cost > INTERVAL_BUDGET:
         reason = (f"T·H·d·(n+T) = {cost} interval operations exceed the budget {INTERVAL_BUDGET} of "
@@ -148,9 +175,70 @@ def certify(weights: Weights, data: Dataset, *, tol: float = DEFAULT_TOL, bits: 
         labels = _one_hot_classes(data.Y)
         if labels is not None:
             claims["classification"] = _classification_claim(out, labels, error_bound)
-    passed = bool(claims["rank"]["proven"] and claims["memorization"]["proven"]
-                  and claims.get("classification", {}).get("proven", True))
-    return Certificate(claims, passed)
+    return Certificate(claims, _passed(claims))
+
+
+def _passed(claims: dict) -> bool:
+    return bool(claims["rank"]["proven"] and claims["memorization"]["proven"]
+                and claims.get("classification", {}).get("proven", True))
+
+
+def _float64_claims(weights: Weights, data: Dataset, allowed: float) -> dict:
+    """The claims of a certificate for float64 weights, by :mod:`construct.enclose`."""
+    T, n, d = data.E.shape
+    H = weights.H
+    parts = [enclose.features(data.E, data.X, weights.W_K[h], weights.W_Q[h]) for h in range(H)]
+    Z = np.concatenate([p[0] for p in parts], axis=1)
+    Z_rad = np.concatenate([p[1] for p in parts], axis=1)
+    values = [enclose.matmul(Z[:, h * d:(h + 1) * d], Z_rad[:, h * d:(h + 1) * d], weights.W_V[h])
+              for h in range(H)]
+    o, o_rad = enclose.matmul(np.concatenate([v[0] for v in values], axis=1),
+                              np.concatenate([v[1] for v in values], axis=1), weights.W_O)
+    if weights.skip:
+        o, o_rad = o + data.X, o_rad + enclose.U * np.abs(o + data.X) * 2
+    out, out_rad = enclose.matmul(o, o_rad, weights.W_D)
+    error_bound = float(enclose._up(np.abs(out - data.Y) + out_rad, 2).max())
+    claims = {"memorization": {
+        "max_abs_error_bound": error_bound, "allowed": allowed, "proven": error_bound <= allowed,
+        "claim": f"max_t |f(E^(t), x^(t)) - y^(t)| <= {error_bound:.3e}"}}
+    claims["rank"] = _float64_rank_claim(Z, Z_rad, T)
+    labels = _one_hot_classes(data.Y)
+    if labels is not None:
+        lo = (out - out_rad) - 4 * enclose.U * np.abs(out) - enclose.TINY
+        hi = (out + out_rad) + 4 * enclose.U * np.abs(out) + enclose.TINY
+        claims["classification"] = _margin_claim(lo, hi, labels, error_bound)
+    return claims
+
+
+def _float64_rank_claim(Z: np.ndarray, Z_rad: np.ndarray, T: int) -> dict:
+    """``rank Z = T`` for every ``Z`` within ``Z_rad`` of the float64 ``Z``, through a right inverse."""
+    method = ("rigorous float64 bound on |I - Z X| for an approximate right inverse X (Cholesky of "
+              "Z Z^T); ||I - ZX||_inf < 1 proves Z X nonsingular, hence rank Z = T")
+    F = Z.shape[1]
+    if F < T:
+        return {"proven": False, "method": method, "reason": f"Z has {F} < T = {T} columns"}
+    try:
+        import scipy.linalg as sla
+        Xr = Z.T @ sla.cho_solve(sla.cho_factor(Z @ Z.T, check_finite=False), np.eye(T), check_finite=False)
+    except (np.linalg.LinAlgError, ValueError):
+        Xr = np.linalg.pinv(Z)
+    if not np.all(np.isfinite(Xr)):
+        return {"proven": False, "method": method, "reason": "no finite approximate inverse"}
+    absX = np.abs(Xr)
+    D = np.eye(T) - Z @ Xr
+    bound = enclose._up(np.abs(D) + (enclose.gamma(F) * np.abs(Z) + Z_rad) @ absX, F + 2)
+    r_inf = float(enclose._up(bound.sum(axis=1), T).max())
+    r_one = float(enclose._up(bound.sum(axis=0), T).max())
+    out = {"proven": r_inf < 1.0, "method": method, "residual_inf_norm_bound": r_inf}
+    if r_inf < 1.0:
+        out["claim"] = f"rank Z = {T}"
+        r2 = math.sqrt(r_one * r_inf) * (1 + 4 * enclose.U)
+        x_norm = float(enclose._up(np.sqrt(enclose._up((absX ** 2).sum(), absX.size)), 2))
+        if r2 < 1.0:
+            out["sigma_min_lower_bound"] = (1.0 - r2) / x_norm * (1 - 1e-15)
+    else:
+        out["reason"] = f"||I - ZX||_inf <= {r_inf:.3g} is not below 1"
+    return out
 
 
 def _rank_claim(Z: np.ndarray, T: int) -> dict:
@@ -166,12 +254,13 @@ def _rank_claim(Z: np.ndarray, T: int) -> dict:
         return {"proven": False, "method": method, "reason": "the midpoint of Z is singular"}
     D = _iv(np.eye(T)) - Z @ _iv(Xr)
     A = _abs_upper(D)
-    r_inf, r_one = float(A.sum(axis=1).max()), float(A.sum(axis=0).max())
+    r_inf = float(enclose._up(A.sum(axis=1), T).max())
+    r_one = float(enclose._up(A.sum(axis=0), T).max())
     proven = r_inf < 1.0
     out = {"proven": proven, "method": method, "residual_inf_norm_bound": r_inf}
     if proven:
         r2 = math.sqrt(r_one * r_inf)
-        x_norm = float(np.sqrt((_abs_upper(_iv(Xr)) ** 2).sum()))
+        x_norm = float(enclose._up(np.sqrt(enclose._up((_abs_upper(_iv(Xr)) ** 2).sum(), Xr.size)), 2))
         out["claim"] = f"rank Z = {T}"
         if r2 < 1.0:
             out["sigma_min_lower_bound"] = (1.0 - r2) / x_norm * (1 - 1e-15)
@@ -188,17 +277,23 @@ def _one_hot_classes(Y: np.ndarray) -> np.ndarray | None:
 
 
 def _classification_claim(out: np.ndarray, labels: np.ndarray, error_bound: float) -> dict:
-    """Zero misclassified: the true class's lowest value beats every other class's highest."""
-    T, k = out.shape
+    """Zero misclassified, from interval outputs: ends rounded outwards to float64."""
     lo = np.frompyfunc(lambda v: float(mpmath.fadd(mpmath.mpf(v.a), 0, rounding="d", prec=53)), 1, 1)(
-        out[np.arange(T), labels]).astype(np.float64)
-    others = _upper(out).copy()
+        out).astype(np.float64)
+    return _margin_claim(lo, _upper(out), labels, error_bound)
+
+
+def _margin_claim(lo: np.ndarray, hi: np.ndarray, labels: np.ndarray, error_bound: float) -> dict:
+    """Zero misclassified: the true class's lowest value beats every other class's highest."""
+    T = lo.shape[0]
+    true_lo = lo[np.arange(T), labels]
+    others = hi.copy()
     others[np.arange(T), labels] = -np.inf
-    margin = float((lo - others.max(axis=1)).min())
-    # Rounding lo down and the others up to float64 keeps the comparison on the safe side.
+    gap = true_lo - others.max(axis=1)
+    margin = float(gap.min())
     proven = margin > 0 and margin > error_bound
-    return {"classes": k, "margin_lower_bound": margin,
-            "misclassified_upper_bound": int(np.sum(lo <= others.max(axis=1))), "proven": proven,
+    return {"classes": lo.shape[1], "margin_lower_bound": margin,
+            "misclassified_upper_bound": int(np.sum(gap <= 0)), "proven": proven,
             "claim": "zero misclassified examples, by a margin above the error bound" if proven else None}
 
 
@@ -211,7 +306,8 @@ def check_certificate(cert: dict, weights: Weights, data: Dataset, *, tol: float
     problems = []
     if cert.get("format") != FORMAT:
         problems.append(f"format: expected {FORMAT!r}, got {cert.get('format')!r}")
-    fresh = certify(weights, data, tol=tol, bits=cert.get("interval_bits"))
+    fresh = certify(weights, data, tol=tol, bits=cert.get("interval_bits"),
+                    method="interval" if "interval_bits" in cert else "auto")
     for key in ("weights_sha256", "data_sha256"):
         if cert.get(key) != fresh.claims[key]:
             problems.append(f"{key}: the certificate is for other files")

@@ -125,7 +125,7 @@ def _cmd_certify(args) -> int:
     if args.out is not None:
         write_atomic(args.out, json_bytes(result.claims))
     c = result.claims
-    lines = [f"interval arithmetic at {c['interval_bits']} bits on the exact stored weights"]
+    lines = [f"method         {c['method']}" + (f", {c['interval_bits']} bits" if "interval_bits" in c else "")]
     for key in ("rank", "memorization", "classification"):
         if key in c:
             claim = c[key]

@@ -5,17 +5,19 @@ Expensive (mpmath) tests draw fewer examples than the 200 of the statement tests
 
 import json
 
+import mpmath
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, settings, strategies as st
 
-from construct import ConstructionError, build, synthetic, verify
+from construct import ConstructionError, InputError, build, synthetic, verify
 from construct.certify import certify, check_certificate
 from construct.cli import main
 from construct.data import as_dataset, as_one_hot, load_dataset
 from construct.io import npz_bytes
-from construct.model import Weights, load_weights
-from construct.precision import ERROR_TARGET, parse
+from construct.enclose import exp_enclosure, features
+from construct.model import Weights, feature_matrix, load_weights
+from construct.precision import ERROR_TARGET, Precision, parse
 
 from .strategies import adversarial, near_degenerate_family
 
@@ -148,9 +150,56 @@ def test_certify_cli_writes_checks_and_rejects(tmp_path, capsys):
     assert "REJECTED" in capsys.readouterr().out
 
 
-def test_certify_refuses_to_claim_beyond_its_budget():
-    data = synthetic("independent", T=1985, n=32, d=64, seed=0)
+def test_certify_never_claims_what_it_did_not_prove():
+    # Uniform heads (zero W_K, W_Q) on shared contexts: rank Z is at most H(n-1)+1 < T. Neither
+    # method may claim rank T; the interval method also refuses a problem beyond its budget.
+    data = synthetic("shared", T=40, n=3, d=8, seed=0)
+    w = Weights(W_K=np.zeros((4, 8, 3)), W_Q=np.zeros((4, 8, 3)), W_V=np.ones((4, 8, 1)),
+                W_O=np.ones((4, 8)), W_D=np.ones((8, 1)))
+    cert = certify(w, data, method="float64")
+    assert not cert.passed and not cert.claims["rank"]["proven"] and "claim" not in cert.claims["rank"]
+    big = synthetic("independent", T=1985, n=32, d=64, seed=0)
     w = Weights(W_K=np.zeros((64, 64, 32)), W_Q=np.zeros((64, 64, 32)), W_V=np.zeros((64, 64, 1)),
                 W_O=np.zeros((64, 64)), W_D=np.zeros((64, 1)))
-    cert = certify(w, data)
-    assert not cert.passed and not cert.claims["rank"]["proven"] and "budget" in cert.claims["rank"]["reason"]
+    cert = certify(w, big, method="interval")
+    assert not cert.passed and "budget" in cert.claims["rank"]["reason"]
+
+
+@settings(deadline=None)
+@given(st.floats(-800.0, 700.0, allow_nan=False), st.floats(0.0, 1e-6))
+def test_exp_enclosure_contains_the_exact_exponential(x, width):
+    lo, hi = exp_enclosure(np.array([x - width]), np.array([x + width]))
+    with mpmath.workprec(200):
+        assert mpmath.mpf(lo[0]) <= mpmath.exp(mpmath.mpf(x - width))
+        assert mpmath.exp(mpmath.mpf(x + width)) <= mpmath.mpf(hi[0])
+        if width == 0 and -700 < x:                    # and it is tight: 1e-13 relative
+            assert hi[0] - lo[0] <= 1e-13 * float(mpmath.exp(mpmath.mpf(x)))
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_float64_feature_enclosure_contains_the_exact_features(seed):
+    rng = np.random.default_rng(seed)
+    T, n, d, d_h = 3, 3, 4, 3
+    E, X = rng.standard_normal((T, n, d)), rng.standard_normal((T, d))
+    W_K, W_Q = rng.standard_normal((d, d_h)) * 10.0 ** rng.uniform(-2, 3), rng.standard_normal((d, d_h))
+    z, z_rad = features(E, X, W_K, W_Q)
+    with mpmath.workprec(300):
+        p = Precision(300)
+        exact = feature_matrix(p.asarray(E), p.asarray(X),
+                               Weights(W_K=p.asarray(W_K[None]), W_Q=p.asarray(W_Q[None]),
+                                       W_V=p.asarray(np.ones((1, d, 1))), W_O=p.asarray(np.ones((1, d))),
+                                       W_D=p.asarray(np.ones((d, 1)))))
+        gap = np.abs(exact - p.asarray(z))
+        assert all(g <= mpmath.mpf(r) for g, r in zip(gap.ravel(), z_rad.ravel()))
+    assert z_rad.max() <= 1e-10 * max(1.0, np.abs(W_K).max())
+
+
+def test_both_certify_methods_agree_and_float64_is_looser():
+    data = synthetic("independent", T=9, n=3, d=5, seed=4)
+    w = build(data, 4).weights
+    fast, exact = certify(w, data, method="float64"), certify(w, data, method="interval")
+    assert fast.passed and exact.passed
+    assert fast.claims["memorization"]["max_abs_error_bound"] >= exact.claims["memorization"]["max_abs_error_bound"]
+    with pytest.raises(InputError):
+        certify(build(data, 4, precision="128").weights, data, method="float64")

@@ -1,0 +1,104 @@
+"""Rigorous enclosures in float64, for certifying float64 weights at full size.
+
+Everything here returns a midpoint array and a radius array (``|exact − mid| ≤ rad``
+elementwise) using only IEEE-754 double arithmetic in round-to-nearest and the classical error
+bounds (Higham, *Accuracy and Stability of Numerical Algorithms*, §3): a dot product of length
+``k`` is within ``γ_k |x|^T |y|`` of the exact one, ``γ_k = k u / (1 − k u)``, ``u = 2^-53``, in
+any summation order and with or without fused multiply-adds; BLAS products obey the same bound.
+Bounds are computed from nonnegative arrays, whose own rounding is relative and is covered by
+inflating them with :func:`_up`. Underflow adds at most ``2^-1074`` per operation and is covered
+by an absolute term.
+
+``exp`` is not taken from the C library (whose accuracy is not specified): :func:`exp_enclosure`
+evaluates it by Cody–Waite range reduction and a degree-14 Taylor polynomial with explicit
+bounds on the reduction, truncation and rounding errors.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+U = 2.0 ** -53
+TINY = 2.0 ** -1074                      # the smallest subnormal: one underflow step
+
+# ln 2 = LN2_HI + LN2_LO + ζ, |ζ| ≤ 1.2e-26 (LN2_HI has 33 significant bits, so k·LN2_HI is exact
+# for |k| < 2^20).
+LN2_HI = float.fromhex("0x1.62e42fee00000p-1")
+LN2_LO = float.fromhex("0x1.a39ef35793c76p-33")
+_LN2_GAP = 1.2e-26
+_INV_LN2 = 1.4426950408889634
+_TAYLOR = [1.0 / math.factorial(i) for i in range(15)]      # degree 14
+# |r| ≤ ln2/2 + slack: the truncation error of the degree-14 Taylor polynomial, relative to e^r,
+# is below |r|^15/15! · e^{2|r|} < 3e-19; Horner's rounding (28 operations, coefficients rounded)
+# is below 30u·e^{2|r|} < 60u relative. Together, with room: 64u.
+_EXP_REL = 64 * U + 3e-19
+
+
+def gamma(k: int) -> float:
+    """``γ_k = k u / (1 − k u)``."""
+    return k * U / (1 - k * U)
+
+
+def _up(bound: np.ndarray, k: int) -> np.ndarray:
+    """A nonnegative bound computed with ``k``-term sums, inflated past its own rounding."""
+    return bound * (1 + 2 * gamma(k + 2)) + k * TINY
+
+
+def exp_enclosure(lo_x: np.ndarray, hi_x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds ``lo ≤ exp(x) ≤ hi`` for every exact ``x ∈ [lo_x, hi_x]`` (elementwise, ``x ≤ 700``)."""
+    return _exp_bound(lo_x, -1), _exp_bound(hi_x, +1)
+
+
+def _exp_bound(x: np.ndarray, side: int) -> np.ndarray:
+    """A lower (``side = −1``) or upper (``+1``) bound on ``exp(x)`` for float64 ``x ≤ 700``."""
+    x = np.asarray(x, dtype=np.float64)
+    xc = np.maximum(x, -746.0)                   # below, exp(x) < 2^-1075: the answer is [0, TINY]
+    k = np.rint(xc * _INV_LN2)
+    # x − k·LN2_HI is exact (Sterbenz when k ≠ 0); subtracting k·LN2_LO costs two roundings.
+    r = (xc - k * LN2_HI) - k * LN2_LO
+    r_err = 2 * U * (np.abs(r) + np.abs(k * LN2_LO)) + np.abs(k) * _LN2_GAP
+    p = np.full_like(r, _TAYLOR[-1])
+    for c in reversed(_TAYLOR[:-1]):
+        p = p * r + c
+    rel = _EXP_REL + 2 * r_err + 8 * U           # e^{r_err} ≤ 1 + 2 r_err for tiny r_err; final products
+    if side < 0:
+        out = np.ldexp(p * (1 - rel), k.astype(np.int64)) * (1 - 2 * U) - TINY
+        return np.where(x < -746.0, 0.0, np.maximum(out, 0.0))
+    out = np.ldexp(p * (1 + rel), k.astype(np.int64)) * (1 + 2 * U) + TINY
+    return np.where(x < -746.0, TINY, out)
+
+
+def matmul(A: np.ndarray, A_rad: np.ndarray | None, B: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Enclosure of ``A_exact @ B`` with ``|A_exact − A| ≤ A_rad`` and ``B`` exact: (mid, rad)."""
+    k = A.shape[-1]
+    mid = A @ B
+    absB = np.abs(B)
+    rad = gamma(k) * (np.abs(A) @ absB)
+    if A_rad is not None:
+        rad = rad + A_rad @ absB
+    return mid, _up(rad, k)
+
+
+def features(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Enclosure of one head's exact features ``z^(t) = E^(t)T softmax(E^(t) W_K W_Q^T x^(t))``, (T, d) each."""
+    T, n, d = E.shape
+    v, v_rad = matmul(X, None, W_Q)                                   # W_Q^T x
+    w, w_rad = matmul(v, v_rad, W_K.T)                                # W_K W_Q^T x
+    absE = np.abs(E)
+    L = np.einsum("tnd,td->tn", E, w)
+    L_rad = _up(gamma(d) * np.einsum("tnd,td->tn", absE, np.abs(w)) + np.einsum("tnd,td->tn", absE, w_rad), d)
+    shifted = L - L.max(axis=1, keepdims=True)                        # each rounding ≤ u|result|
+    s_rad = L_rad + U * np.abs(shifted) * (1 + 4 * U)
+    e_lo, e_hi = exp_enclosure(shifted - s_rad * (1 + 4 * U), shifted + s_rad * (1 + 4 * U))
+    # Sums of positive numbers: relative error ≤ γ_n; each division one more rounding.
+    sum_lo = e_lo.sum(axis=1, keepdims=True) * (1 - 2 * gamma(n + 1))
+    sum_hi = e_hi.sum(axis=1, keepdims=True) * (1 + 2 * gamma(n + 1))
+    S_lo = np.maximum(e_lo / sum_hi * (1 - 4 * U), 0.0)
+    S_hi = np.minimum(e_hi / np.maximum(sum_lo, TINY) * (1 + 4 * U), 1.0)
+    S_mid = (S_lo + S_hi) / 2
+    S_rad = (S_hi - S_lo) / 2 * (1 + 4 * U) + 2 * U * S_mid
+    z = np.einsum("tnd,tn->td", E, S_mid)
+    z_rad = _up(np.einsum("tnd,tn->td", absE, S_rad) + gamma(n) * np.einsum("tnd,tn->td", absE, S_mid), n)
+    return z, z_rad
