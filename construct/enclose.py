@@ -89,9 +89,11 @@ def features(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray) -> 
     absE = np.abs(E)
     L = np.einsum("tnd,td->tn", E, w)
     L_rad = _up(gamma(d) * np.einsum("tnd,td->tn", absE, np.abs(w)) + np.einsum("tnd,td->tn", absE, w_rad), d)
-    shifted = L - L.max(axis=1, keepdims=True)                        # each rounding ≤ u|result|
+    shifted = L - L.max(axis=1, keepdims=True)                        # one rounding: ≤ u|shifted|
     s_rad = L_rad + U * np.abs(shifted) * (1 + 4 * U)
-    e_lo, e_hi = exp_enclosure(shifted - s_rad * (1 + 4 * U), shifted + s_rad * (1 + 4 * U))
+    # Forming the ends rounds once more (≤ u|end|): widen by 2u|shifted| and 4u·s_rad beyond it.
+    widen = s_rad * (1 + 4 * U) + 2 * U * np.abs(shifted) + TINY
+    e_lo, e_hi = exp_enclosure(shifted - widen, shifted + widen)
     # Sums of positive numbers: relative error ≤ γ_n; each division one more rounding.
     sum_lo = e_lo.sum(axis=1, keepdims=True) * (1 - 2 * gamma(n + 1))
     sum_hi = e_hi.sum(axis=1, keepdims=True) * (1 + 2 * gamma(n + 1))
