@@ -16,7 +16,7 @@ from .assumptions import a2_violations
 from .claim1 import claim1_factors, interior_targets
 from .data import Dataset
 from .errors import CapacityError, ConstructionError, InputError
-from .linalg import EPS, blas_limit, blas_threads, numerical_rank, spectral_norm
+from .linalg import blas_limit, blas_threads, numerical_rank, spectral_norm
 from .model import Weights, feature_matrix, forward, head_features, head_logits, param_count
 from .partition import partition
 from .readout import min_norm_solve, readout_target, readout_weights
@@ -34,6 +34,11 @@ _MAX_DRAWS = 8
 Progress = Callable[[int, int], None]
 
 SCALES = ("smallest", "explicit")
+
+# The mpmath construction, and auto's measurement of float64 outputs at MEASURE_BITS, take on
+# problems up to this many operations, T·H·d·(n + T) (seconds of Python).
+MP_BUDGET = 1_000_000
+MEASURE_BITS = 106
 
 
 @dataclass(frozen=True)
@@ -343,6 +348,7 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
                                         "the rank: the float64 check passed, certify before relying on it")
         return result
     result = None
+    small = mp_cost(data, int(heads)) <= MP_BUDGET
     try:
         result = _build_at(data, prec=FLOAT64, why="auto: float64 holds the construction", **args)
         ratio = rounding_ratio(result)
@@ -354,7 +360,6 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
         # output prediction is a worst case; when it fails on a small problem, measure instead.
         if ratio <= 1.0 and feature_rounding * condition <= v.tol:
             return result
-        small = mp_cost(data, result.weights.H, result.weights.d_h) <= MP_BUDGET
         if ratio <= 1.0 and small:
             exact = _error_at(result.weights, data, MEASURE_BITS)
             if exact <= v.tol / 2:
@@ -365,7 +370,10 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
                f"keeps the rank and up to {feature_rounding * condition:.3g} on the outputs (allowed "
                f"{v.tol:.3g}); largest c_h = {max(e.scale for e in result.heads):.3g}, cond(Z) = {condition:.3g}")
     except ConstructionError as exc:
-        feature_rounding, condition, small = 1.0, float("inf"), True
+        if not small:
+            raise ConstructionError(f"{exc}; the mpmath path is beyond its budget at this size "
+                                    f"(T·H·d·(n+T) > {MP_BUDGET})") from None
+        feature_rounding, condition = 1.0, float("inf")
         why = f"auto: float64 failed ({str(exc).split(';')[0]})"
     bits = bits_needed(feature_rounding, condition)
     if not small and result is not None:
@@ -376,13 +384,7 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
                      f"rounding below {precision_mod.ERROR_TARGET:g}", **args)
 
 
-# The mpmath construction and the measurement at MEASURE_BITS take on problems up to this many
-# operations, T·H·d·(n + T) (seconds of Python).
-MP_BUDGET = 1_000_000
-MEASURE_BITS = 106
-
-
-def mp_cost(data: Dataset, H: int, d_h: int) -> int:
+def mp_cost(data: Dataset, H: int) -> int:
     """Rough count of scalar operations of the mpmath path: forward pass plus the T × T solves."""
     return data.T * H * data.d * (data.n + data.T)
 
@@ -398,10 +400,10 @@ def _error_at(weights: Weights, data: Dataset, bits: int) -> float:
 
 
 def rounding_ratio(result: BuildResult) -> float:
-    """MATH.md §5 for a build: the largest ratio, over heads, of the rounding the rank-one term puts
-    on the group's features (``2ρ`` times its logit rounding) to what the rank step can absorb,
-    ``σ_min(M)`` minus the perturbation already measured. Above 1, the build's precision is not
-    enough to trust the rank step."""
+    """MATH.md §5 for a build: the largest ratio, over heads, of the rounding of the group's
+    features (``2ρ`` times the predicted logit rounding, ``rounding_estimate``) to what the rank
+    step can absorb, ``σ_min(M)`` minus the perturbation already measured. Above 1, the build's
+    precision is not enough to trust the rank step."""
     rho = float(np.linalg.norm(precision_mod.to_float(result.data.E), axis=2).max())
     worst = 0.0
     for e in result.heads:
