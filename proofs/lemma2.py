@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from construct.linalg import numerical_rank
+from construct.linalg import numerical_rank, rank_tol
 
 from .check import Check
 
@@ -27,7 +27,10 @@ def check(V: np.ndarray, alpha: float = 1.0) -> Check:
     n = V.shape[0]
     rank_V, s_V = numerical_rank(V)
     W = shifted(V, alpha)
-    rank_W, s_W = numerical_rank(W)
+    # W is formed from V: its rounding scales with V (and α), not with W, which can cancel (α = −1).
+    _, s_W = numerical_rank(W)
+    scale = max(float(s_W[0]) if s_W.size else 0.0, float(s_V[0]) * (1 + abs(alpha)) if s_V.size else 0.0)
+    rank_W = int(np.sum(s_W > rank_tol(scale, W.shape)))
     hyp = {"rows linearly independent": rank_V == n, "alpha ≠ −1": alpha != -1.0}
     q = {"n": n, "rank_V": rank_V, "rank_shifted": rank_W,
          "sigma_min_V": float(s_V[-1]) if n <= V.shape[1] else 0.0,
