@@ -17,7 +17,7 @@ from .claim1 import claim1_factors, interior_targets
 from .data import Dataset
 from .errors import CapacityError, ConstructionError, InputError
 from .linalg import blas_limit, blas_threads, numerical_rank, spectral_norm
-from .model import Weights, feature_matrix, forward, head_features, head_logits, param_count
+from .model import Weights, feature_matrix, forward, head_features, head_logits, param_count, softmax
 from .partition import partition
 from .readout import min_norm_solve, readout_target, readout_weights
 from . import precision as precision_mod
@@ -33,7 +33,7 @@ _MAX_DRAWS = 8
 
 Progress = Callable[[int, int], None]
 
-SCALES = ("smallest", "explicit")
+SCALES = ("rank", "saturating", "explicit")
 
 # The mpmath construction, and auto's measurement of float64 outputs at MEASURE_BITS, take on
 # problems up to this many operations, T·H·d·(n + T) (seconds of Python).
@@ -51,7 +51,8 @@ class HeadEvidence:
         scale: the saturation scale ``c_h`` used (0 for head 1, which has no earlier examples).
         scale_explicit: the explicit scale of MATH.md §4.4.5 (Lemma 4 + Weyl), what the
             existence argument asks for; ``scale`` is smaller when the build searched for the
-            smallest scale that keeps the rank.
+            smallest scale that keeps the rank (``rank``) or the proof's saturation argument
+            (``saturating``).
         delta_min: smallest Lemma 3 gap ``δ_t`` over the earlier examples (None for head 1).
         sigma_min_M: ``σ_min`` of the reduced new rows ``M`` (Z's rows for head 1).
         C_norm: ``‖C‖_2`` of the row reduction.
@@ -60,6 +61,8 @@ class HeadEvidence:
             ``σ_min(M)`` proves the rank grows by the group size.
         perturbation_measured: ``‖C(Z''_A − Z̄_A)‖_2`` measured on the head's features at
             ``c_h``; below ``σ_min(M)`` shows the same by Weyl (Lemma 5) on the actual matrices.
+        sigma_min_N: ``σ_min`` of the reduced new rows ``N = Z''_S − C Z''_A`` at ``c_h``, measured:
+            positive is the rank step itself (Lemma 1 after the row operation).
         rounding_estimate: MATH.md §5's size of the rounding of the group's logits at the build's
             precision (:func:`construct.precision.logit_rounding`: the rank-one term's
             ``c_h ε ‖a‖ ‖b‖ ‖x‖ ‖E‖`` and any cancellation inside ``W_K W_Q^T``).
@@ -77,6 +80,7 @@ class HeadEvidence:
     ell_inf_max: float
     perturbation_bound: float
     perturbation_measured: float
+    sigma_min_N: float
     rounding_estimate: float
     target_error: float
     draws: int
@@ -121,7 +125,7 @@ class BuildResult:
         verification: the final check by the forward pass (rank Z, max error).
         seed: the random seed; the same seed gives identical weights.
         timings: seconds per stage.
-        scale: how the saturation scales were chosen (``"smallest"`` or ``"explicit"``).
+        scale: how the saturation scales were chosen (``"rank"``, ``"saturating"`` or ``"explicit"``).
         precision: the arithmetic the construction ran in, and ``precision_reason`` why.
         trace: per head, the arrays of its step (empty unless built with ``trace=True``).
     """
@@ -135,7 +139,7 @@ class BuildResult:
     seed: int
     timings: dict[str, float] = field(default_factory=dict)
     trace: list[HeadTrace] = field(default_factory=list)
-    scale: str = "smallest"
+    scale: str = "rank"
     precision: str = "float64"
     precision_reason: str = ""
 
@@ -243,6 +247,7 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed:
             s, K, Q, M, sigma_M, draws = _fit_group(data, S, F, rng)
             W_K[h, :, :len(S)], W_Q[h, :, :len(S)] = K, Q
             c = c_explicit = C_norm = ell_max = bound = measured = 0.0
+            sigma_N = sigma_M
             delta_min, sep = None, None
         else:
             X_S = data.X[S.start:S.stop]
@@ -268,17 +273,30 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed:
             c_explicit = explicit_scale(C_norm, rho, ell_inf, delta, n, sigma_M)
             m = len(S)
             W_K[h, :, :m], W_Q[h, :, :m] = K, Q                      # Claim 2: W_S + c a b^T
-            if scale == "smallest":          # bisection on the actual attention, not Lemma 4
+            if scale == "saturating":        # bisection on the actual attention, not Lemma 4
                 C64, ell64, g64 = (precision_mod.to_float(v) for v in (C, ell, sep.g))
 
                 def perturbation(c_try: float) -> float:
                     return perturbation_at(C64, C_norm, E64[:a], token_norms[:a], ell64, g64, sep.j_star, c_try)
 
                 c = smallest_scale(perturbation, c_explicit, MARGIN * sigma_M)
+            elif scale == "rank":             # only what the rank step needs (Lemma 1 on N)
+                C64, ell64, g64 = (precision_mod.to_float(v) for v in (C, ell, sep.g))
+                N0 = precision_mod.to_float(M + F)                   # Z''_S: the targets' rows
+
+                def shortfall(c_try: float) -> float:
+                    s_A = softmax(ell64 + c_try * g64)
+                    N = N0 - C64 @ np.einsum("tnd,tn->td", E64[:a], s_A)
+                    return -float(np.linalg.svd(N, compute_uv=False)[-1])
+
+                c = smallest_scale(shortfall, c_explicit, -(1 - MARGIN) * sigma_M)
             else:
                 c = c_explicit
             W_K[h, :, m], W_Q[h, :, m] = c * sep.a, sep.b
-            measured = spectral_norm(C @ (Z_bar - head_features(data.E[:a], data.X[:a], W_K[h], W_Q[h])))
+            Z_A_h = head_features(data.E[:a], data.X[:a], W_K[h], W_Q[h])
+            measured = spectral_norm(C @ (Z_bar - Z_A_h))
+            sigma_N = float(numerical_rank(head_features(data.E[S.start:S.stop], data.X[S.start:S.stop],
+                                                         W_K[h], W_Q[h]) - C @ Z_A_h)[1][-1])
             bound = rank_perturbation_bound(C_norm, rho, ell_inf, delta, c, n)
             delta_min, ell_max = float(delta.min()), float(ell_inf.max())
 
@@ -289,7 +307,7 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed:
         evidence.append(HeadEvidence(
             head=h + 1, examples=[S.start, S.stop - 1], scale=c, scale_explicit=c_explicit, delta_min=delta_min,
             sigma_min_M=sigma_M, C_norm=C_norm, ell_inf_max=ell_max, perturbation_bound=bound,
-            perturbation_measured=measured, rounding_estimate=rounding,
+            perturbation_measured=measured, sigma_min_N=sigma_N, rounding_estimate=rounding,
             target_error=float(np.abs(Z[S.start:S.stop, cols] - target_rows).max()), draws=draws))
         if trace is not None:
             empty = np.zeros(0, dtype=int)
@@ -305,7 +323,7 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed:
 
 
 def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: int | None = None,
-          skip: bool = False, seed: int = 0, tol: float = DEFAULT_TOL, scale: str = "smallest",
+          skip: bool = False, seed: int = 0, tol: float = DEFAULT_TOL, scale: str = "rank",
           precision: str | Precision = "auto", progress: Progress | None = None,
           trace: bool = False) -> BuildResult:
     """Construct weights that memorize ``data`` exactly (Theorem 1; MATH.md §4).
@@ -318,9 +336,13 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
         skip: build the skip-connection variant (App. C).
         seed: seed of every random draw; the same seed gives identical weights.
         tol: verification tolerance (relative to ``max(1, max|Y|)``).
-        scale: ``"smallest"``: each head's saturation scale is the smallest (to 1%) whose measured
-            perturbation keeps the rank with the margin of :data:`MARGIN`; ``"explicit"``: the
-            explicit bound of MATH.md §4.4.5. Both are in the evidence.
+        scale: ``"rank"`` (default): each head's scale is the smallest found (bisection on
+            ``log c``, to 1%, the result verified) at which the reduced new rows keep
+            ``σ_min(N) ≥ (1 − MARGIN) σ_min(M)``: only what the rank step needs, often almost no
+            saturation; ``"saturating"``: the smallest whose measured perturbation
+            ``‖C(Z''_A − Z̄_A)‖`` stays below ``MARGIN · σ_min(M)`` (the proof's Weyl argument,
+            measured: the head still saturates the earlier examples); ``"explicit"``: the bound
+            of MATH.md §4.4.5. The evidence has the explicit bound beside the scale used.
         progress: called as ``progress(head, heads_used)`` after each head.
         precision: ``"auto"`` (float64 while MATH.md §5's predicted rounding stays below what
             keeps the rank and the labels, otherwise mpmath at the bits that prediction asks
@@ -402,12 +424,12 @@ def _error_at(weights: Weights, data: Dataset, bits: int) -> float:
 def rounding_ratio(result: BuildResult) -> float:
     """MATH.md §5 for a build: the largest ratio, over heads, of the rounding of the group's
     features (``2ρ`` times the predicted logit rounding, ``rounding_estimate``) to what the rank
-    step can absorb, ``σ_min(M)`` minus the perturbation already measured. Above 1, the build's
-    precision is not enough to trust the rank step."""
+    step can absorb, ``σ_min(N)`` of the reduced new rows. Above 1, the build's precision is not
+    enough to trust the rank step."""
     rho = float(np.linalg.norm(precision_mod.to_float(result.data.E), axis=2).max())
     worst = 0.0
     for e in result.heads:
-        room = e.sigma_min_M - e.perturbation_measured
+        room = e.sigma_min_N
         worst = max(worst, 2 * rho * e.rounding_estimate / room if room > 0 else float("inf"))
     return worst
 

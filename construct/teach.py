@@ -237,7 +237,9 @@ def teach(heads: int = 3, context: int = 3, dim: int = 4, *, seed: int = 0, shar
         InputError: sizes the construction cannot take (``n > d``, …).
     """
     data = tiny_dataset(heads, context, dim, seed=seed, shared=shared, rational=rational)
-    result = build(data, heads, seed=seed, trace=True, precision="float64")
+    # The saturating scale rule: every later head visibly freezes the earlier examples, as in the
+    # proof (the default rule keeps only what the rank needs, often without saturation).
+    result = build(data, heads, seed=seed, trace=True, precision="float64", scale="saturating")
     T, n, d, k = data.T, data.n, data.d, result.k
     W = result.weights
     Z = feature_matrix(data.E, data.X, W)

@@ -65,10 +65,10 @@ def check_step(result: BuildResult, head: int) -> Check:
     """The induction step of head ``head`` (from 2) of a build made with ``trace=True``.
 
     Checks, on the features the weights produce: the row reduction ``C = Z'_S (Z'_A)^+`` and
-    ``F = C Z̄_A`` (MATH.md §4.4.3); the rank certificate ``‖C(Z''_A − Z̄_A)‖_2 < σ_min(M)``
-    (Lemma 5 on the perturbation of ``M``, which Lemma 4 bounds for the explicit scale and which
-    is measured here from ``Z`` for any scale, §4.4.5); and that ``Z`` restricted to heads
-    ``1..h`` has full row rank on the examples fitted so far.
+    ``F = C Z̄_A`` (MATH.md §4.4.3); the rank step itself, full row rank of the reduced new rows
+    ``N = Z''_S − C Z''_A`` (Lemma 1 after the row operation; the saturation of §4.4.5 is how the
+    proof makes ``N`` close to ``M``, and the perturbation ``‖C(Z''_A − Z̄_A)‖_2`` is reported);
+    and that ``Z`` restricted to heads ``1..h`` has full row rank on the examples fitted so far.
     """
     if not result.trace:
         raise ValueError("check_step needs a build made with trace=True")
@@ -85,12 +85,14 @@ def check_step(result: BuildResult, head: int) -> Check:
     Z_bar = data.E[np.arange(S.start), tr.j_star]
     F_ref = tr.C @ Z_bar
     F_err = float(np.abs(tr.F - F_ref).max())
-    perturbation = float(np.linalg.norm(tr.C @ (Z_bar - Z[:S.start, (head - 1) * d:head * d]), 2))
+    Z_h = Z[:, (head - 1) * d:head * d]
+    perturbation = float(np.linalg.norm(tr.C @ (Z_bar - Z_h[:S.start]), 2))
+    rank_N = numerical_rank(Z_h[S.start:S.stop] - tr.C @ Z_h[:S.start])[0]
     rank_after = numerical_rank(Z[:S.stop, :head * d])[0]
     hyp = {"head uses earlier examples": S.start > 0}
     q = {"C_error": C_err, "C_norm": float(np.linalg.norm(C_ref, 2)), "F_error": F_err,
-         "sigma_min_M": ev.sigma_min_M, "perturbation": perturbation, "scale": ev.scale,
+         "sigma_min_M": ev.sigma_min_M, "perturbation": perturbation, "rank_N": rank_N, "scale": ev.scale,
          "rank_after": rank_after, "rows": S.stop}
     holds = (C_err <= ROW_REDUCTION_RTOL * max(1.0, q["C_norm"]) and F_err <= ROW_REDUCTION_RTOL * max(1.0, np.abs(F_ref).max())
-             and perturbation < ev.sigma_min_M and rank_after == S.stop)
+             and rank_N == len(S) and rank_after == S.stop)
     return Check(f"{STATEMENT} (step of head {head})", hyp, bool(holds), q)

@@ -39,7 +39,7 @@ def test_default_build_then_verify(tmp_path, capsys):
     assert rep["verification"]["rank_Z"] == 57 and rep["verification"]["passed"]
     assert rep["verification"]["max_abs_error"] <= 1e-9
     assert len(rep["heads"]) == 8 and rep["heads"][1]["scale"] > 0
-    assert rep["scale"] == "smallest"
+    assert rep["scale"] == "rank"
     assert all(0 < h["scale"] <= h["scale_explicit"] for h in rep["heads"][1:])
     assert rep["float32"]["survives"] and rep["float32"]["max_abs_error"] <= rep["float32"]["tol"]
     assert "every label reproduced" in stdout and "float32" in stdout
