@@ -337,7 +337,7 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
         seed: seed of every random draw; the same seed gives identical weights.
         tol: verification tolerance (relative to ``max(1, max|Y|)``).
         scale: ``"rank"`` (default): each head's scale is the smallest found (bisection on
-            ``log c``, to 1%, the result verified) at which the reduced new rows keep
+            ``log c``, to 10%, the result verified) at which the reduced new rows keep
             ``σ_min(N) ≥ (1 − MARGIN) σ_min(M)``: only what the rank step needs, often almost no
             saturation; ``"saturating"``: the smallest whose measured perturbation
             ``‖C(Z''_A − Z̄_A)‖`` stays below ``MARGIN · σ_min(M)`` (the proof's Weyl argument,

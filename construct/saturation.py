@@ -68,7 +68,7 @@ def explicit_scale(C_norm: float, rho: float, ell_inf: np.ndarray, delta: np.nda
 
 
 # Bisection on log c stops when the admissible and the inadmissible scale are this close.
-_SCALE_RESOLUTION = 1.01
+_SCALE_RESOLUTION = 1.1
 # and never looks below c_explicit · 2^-_SCALE_OCTAVES.
 _SCALE_OCTAVES = 60
 
@@ -115,13 +115,13 @@ def perturbation_at(C: np.ndarray, C_norm: float, E_A: np.ndarray, rho: np.ndarr
 
 
 def smallest_scale(measure, c_explicit: float, target: float) -> float:
-    """Smallest ``c ∈ [c_explicit·2^-60, c_explicit]`` (to a factor 1.01) with ``measure(c) ≤ target``.
+    """Smallest ``c ∈ [c_explicit·2^-60, c_explicit]`` (to a factor 1.1) with ``measure(c) ≤ target``.
 
     ``measure(c)`` bounds the perturbation ``‖C (Z̄_A − Z''_A(c))‖_2`` at scale ``c``
     (:func:`perturbation_at`); ``target`` is ``margin · σ_min(M)``. Each earlier example's
     attention moves towards its one-hot as ``c`` grows, so the measure decreases and bisection on
     ``log c`` applies; the returned scale always satisfies ``measure(c) ≤ target`` itself, and
-    ``c / 1.01`` did not (unless the lower end was reached). Returns ``c_explicit`` when even it
+    ``c / 1.1`` did not (unless the lower end was reached). Returns ``c_explicit`` when even it
     does not measure below the target.
     """
     if c_explicit <= 0 or measure(c_explicit) > target:

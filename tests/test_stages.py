@@ -76,9 +76,9 @@ def test_head_logits_match_the_definition(seed):
 
 
 @given(seeds, st.floats(1e-3, 1e6), st.floats(0.0, 1.0))
-def test_smallest_scale_is_admissible_and_minimal_to_one_percent(seed, c_explicit, where):
+def test_smallest_scale_is_admissible_and_minimal_to_ten_percent(seed, c_explicit, where):
     # A decreasing measure crossing the target at c0 = where · c_explicit: the search returns an
-    # admissible scale within 1% above c0 (or the lower end of its range).
+    # admissible scale within 10% above c0 (or the lower end of its range).
     rng = np.random.default_rng(seed)
     c0 = where * c_explicit
     rate = rng.uniform(0.1, 10.0) / c_explicit
@@ -89,7 +89,7 @@ def test_smallest_scale_is_admissible_and_minimal_to_one_percent(seed, c_explici
     c = smallest_scale(measure, c_explicit, 1.0)
     assert c <= c_explicit and measure(c) <= 1.0
     floor = c_explicit * 2.0 ** -60
-    assert c <= max(c0 * 1.01, floor) * (1 + 1e-12)
+    assert c <= max(c0 * 1.1, floor) * (1 + 1e-12)
 
 
 def test_perturbation_at_bounds_the_exact_perturbation():
