@@ -1,8 +1,14 @@
-"""Certificates: what the weights provably do on the data, by interval arithmetic.
+"""Certificates: what the weights provably do on the data, for the exact real-number model.
 
-Every number the certificate states is an enclosure computed with mpmath's interval arithmetic
-(``mpmath.iv``: outward rounding at every operation, including ``exp``), so it holds for the
-*exact* real-number model with the stored weights — not for one particular rounding of it:
+Every number a certificate states is an enclosure, so it holds for the *exact* model with the
+stored weights, not for one particular rounding of it. Two ways to compute the enclosures:
+
+- ``float64`` (float64 weights, any size): :mod:`construct.enclose`, midpoint–radius bounds from
+  the classical error analysis of IEEE-754 round-to-nearest arithmetic;
+- ``interval`` (weights at any precision, up to :data:`INTERVAL_BUDGET` operations): mpmath's
+  interval arithmetic (``mpmath.iv``: outward rounding at every operation, ``exp`` included).
+
+The claims:
 
 - **Memorization**: every output ``f(E^(t), x^(t); θ)`` is enclosed; the largest distance from an
   enclosure to its label bounds ``max_t |f − y|``.
@@ -10,12 +16,10 @@ Every number the certificate states is an enclosure computed with mpmath's inter
   enclosure of ``I − Z X`` has ∞-norm ``r < 1``. Then ``Z X`` (T × T) is nonsingular, so
   ``rank Z = T``; and ``σ_min(Z) ≥ (1 − r₂)/‖X‖_F`` with ``r₂ ≤ sqrt(‖I − ZX‖_1 ‖I − ZX‖_∞)``.
 - **Classification** (one-hot labels): the lower end of each true class's output exceeds the
-  upper end of every other class's output.
+  upper end of every other class's output, by more than the error bound.
 
 A certificate states a claim only when it is proven; a claim that could not be proven is
-recorded as not proven, with the reason. Interval arithmetic runs in Python, so certification
-is for problems up to :data:`INTERVAL_BUDGET` scalar operations; larger problems get a
-certificate that proves nothing and says why.
+recorded as not proven, with the reason.
 """
 
 from __future__ import annotations
@@ -197,7 +201,7 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float) -> dict:
     if weights.skip:
         o, o_rad = o + data.X, o_rad + enclose.U * np.abs(o + data.X) * 2
     out, out_rad = enclose.matmul(o, o_rad, weights.W_D)
-    error_bound = float(enclose._up(np.abs(out - data.Y) + out_rad, 2).max())
+    error_bound = float(enclose.up(np.abs(out - data.Y) + out_rad, 2).max())
     claims = {"memorization": {
         "max_abs_error_bound": error_bound, "allowed": allowed, "proven": error_bound <= allowed,
         "claim": f"max_t |f(E^(t), x^(t)) - y^(t)| <= {error_bound:.3e}"}}
@@ -226,14 +230,14 @@ def _float64_rank_claim(Z: np.ndarray, Z_rad: np.ndarray, T: int) -> dict:
         return {"proven": False, "method": method, "reason": "no finite approximate inverse"}
     absX = np.abs(Xr)
     D = np.eye(T) - Z @ Xr
-    bound = enclose._up(np.abs(D) + (enclose.gamma(F) * np.abs(Z) + Z_rad) @ absX, F + 2)
-    r_inf = float(enclose._up(bound.sum(axis=1), T).max())
-    r_one = float(enclose._up(bound.sum(axis=0), T).max())
+    bound = enclose.up(np.abs(D) + (enclose.gamma(F) * np.abs(Z) + Z_rad) @ absX, F + 2)
+    r_inf = float(enclose.up(bound.sum(axis=1), T).max())
+    r_one = float(enclose.up(bound.sum(axis=0), T).max())
     out = {"proven": r_inf < 1.0, "method": method, "residual_inf_norm_bound": r_inf}
     if r_inf < 1.0:
         out["claim"] = f"rank Z = {T}"
         r2 = math.sqrt(r_one * r_inf) * (1 + 4 * enclose.U)
-        x_norm = float(enclose._up(np.sqrt(enclose._up((absX ** 2).sum(), absX.size)), 2))
+        x_norm = float(enclose.up(np.sqrt(enclose.up((absX ** 2).sum(), absX.size)), 2))
         if r2 < 1.0:
             out["sigma_min_lower_bound"] = (1.0 - r2) / x_norm * (1 - 1e-15)
     else:
@@ -254,13 +258,13 @@ def _rank_claim(Z: np.ndarray, T: int) -> dict:
         return {"proven": False, "method": method, "reason": "the midpoint of Z is singular"}
     D = _iv(np.eye(T)) - Z @ _iv(Xr)
     A = _abs_upper(D)
-    r_inf = float(enclose._up(A.sum(axis=1), T).max())
-    r_one = float(enclose._up(A.sum(axis=0), T).max())
+    r_inf = float(enclose.up(A.sum(axis=1), T).max())
+    r_one = float(enclose.up(A.sum(axis=0), T).max())
     proven = r_inf < 1.0
     out = {"proven": proven, "method": method, "residual_inf_norm_bound": r_inf}
     if proven:
         r2 = math.sqrt(r_one * r_inf)
-        x_norm = float(enclose._up(np.sqrt(enclose._up((_abs_upper(_iv(Xr)) ** 2).sum(), Xr.size)), 2))
+        x_norm = float(enclose.up(np.sqrt(enclose.up((_abs_upper(_iv(Xr)) ** 2).sum(), Xr.size)), 2))
         out["claim"] = f"rank Z = {T}"
         if r2 < 1.0:
             out["sigma_min_lower_bound"] = (1.0 - r2) / x_norm * (1 - 1e-15)

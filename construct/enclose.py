@@ -6,7 +6,7 @@ bounds (Higham, *Accuracy and Stability of Numerical Algorithms*, §3): a dot pr
 ``k`` is within ``γ_k |x|^T |y|`` of the exact one, ``γ_k = k u / (1 − k u)``, ``u = 2^-53``, in
 any summation order and with or without fused multiply-adds; BLAS products obey the same bound.
 Bounds are computed from nonnegative arrays, whose own rounding is relative and is covered by
-inflating them with :func:`_up`. Underflow adds at most ``2^-1074`` per operation and is covered
+inflating them with :func:`up`. Underflow adds at most ``2^-1074`` per operation and is covered
 by an absolute term.
 
 ``exp`` is not taken from the C library (whose accuracy is not specified): :func:`exp_enclosure`
@@ -41,7 +41,7 @@ def gamma(k: int) -> float:
     return k * U / (1 - k * U)
 
 
-def _up(bound: np.ndarray, k: int) -> np.ndarray:
+def up(bound: np.ndarray, k: int) -> np.ndarray:
     """A nonnegative bound computed with ``k``-term sums, inflated past its own rounding."""
     return bound * (1 + 2 * gamma(k + 2)) + k * TINY
 
@@ -78,7 +78,7 @@ def matmul(A: np.ndarray, A_rad: np.ndarray | None, B: np.ndarray) -> tuple[np.n
     rad = gamma(k) * (np.abs(A) @ absB)
     if A_rad is not None:
         rad = rad + A_rad @ absB
-    return mid, _up(rad, k)
+    return mid, up(rad, k)
 
 
 def features(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -88,7 +88,7 @@ def features(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray) -> 
     w, w_rad = matmul(v, v_rad, W_K.T)                                # W_K W_Q^T x
     absE = np.abs(E)
     L = np.einsum("tnd,td->tn", E, w)
-    L_rad = _up(gamma(d) * np.einsum("tnd,td->tn", absE, np.abs(w)) + np.einsum("tnd,td->tn", absE, w_rad), d)
+    L_rad = up(gamma(d) * np.einsum("tnd,td->tn", absE, np.abs(w)) + np.einsum("tnd,td->tn", absE, w_rad), d)
     shifted = L - L.max(axis=1, keepdims=True)                        # one rounding: ≤ u|shifted|
     s_rad = L_rad + U * np.abs(shifted) * (1 + 4 * U)
     # Forming the ends rounds once more (≤ u|end|): widen by 2u|shifted| and 4u·s_rad beyond it.
@@ -102,5 +102,5 @@ def features(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray) -> 
     S_mid = (S_lo + S_hi) / 2
     S_rad = (S_hi - S_lo) / 2 * (1 + 4 * U) + 2 * U * S_mid
     z = np.einsum("tnd,tn->td", E, S_mid)
-    z_rad = _up(np.einsum("tnd,tn->td", absE, S_rad) + gamma(n) * np.einsum("tnd,tn->td", absE, S_mid), n)
+    z_rad = up(np.einsum("tnd,tn->td", absE, S_rad) + gamma(n) * np.einsum("tnd,tn->td", absE, S_mid), n)
     return z, z_rad
