@@ -120,7 +120,8 @@ def _cmd_certify(args) -> int:
         print("certificate ACCEPTED: every claim is proven again for these files" if not problems else
               "certificate REJECTED:\n  " + "\n  ".join(problems))
         return 0 if not problems else 1
-    result = certify(weights, data, tol=args.tol, weights_sha256=sha256(Path(args.weights).read_bytes()),
+    result = certify(weights, data, tol=args.tol, method=args.method,
+                     weights_sha256=sha256(Path(args.weights).read_bytes()),
                      data_sha256=sha256(Path(args.data).read_bytes()))
     if args.out is not None:
         write_atomic(args.out, json_bytes(result.claims))
@@ -175,6 +176,7 @@ def _positive(text: str) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     from .build import SCALES
+    from .certify import METHODS
     from .data import SYNTHETIC_KINDS
     from .verify import DEFAULT_TOL
 
@@ -222,7 +224,7 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--json", action="store_true", help="print the result as JSON")
     v.set_defaults(run=_cmd_verify)
 
-    c = sub.add_parser("certify", help="prove rank Z = T and bound max |f - y| by interval arithmetic")
+    c = sub.add_parser("certify", help="prove rank Z = T and bound max |f - y| for the exact model")
     c.add_argument("weights", type=Path)
     c.add_argument("data", type=Path)
     c.add_argument("--out", type=Path, help="write the certificate (JSON) here")
@@ -230,6 +232,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="instead, re-prove every claim of an existing certificate for these files")
     c.add_argument("--tol", type=float, default=DEFAULT_TOL,
                    help=f"memorization claim: max |f-y| <= tol * max(1, max|Y|) (default {DEFAULT_TOL:g})")
+    c.add_argument("--method", choices=METHODS, default="auto",
+                   help="float64 enclosures (fast, any size), mpmath intervals (tight, small problems), or "
+                        "auto: float64 first, intervals when a claim is unproven and the problem fits")
     c.set_defaults(run=_cmd_certify)
 
     t = sub.add_parser("teach", help="run the construction on a tiny dataset and narrate every step")

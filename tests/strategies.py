@@ -114,17 +114,23 @@ def near_degenerate_family(gap: float, seed: int = 0, H: int = 3, n: int = 3, d:
     rng = np.random.default_rng(seed)
     T = H * (n - 1) + 1
     E, X, Y = rng.random((T, n, d)), rng.random((T, d)), rng.random(T)
-    u = rng.standard_normal(d)
     E[0] = E[n]
-    X[0] = X[n] + gap * u / np.linalg.norm(u)
+    X[0] = X[n] + gap * _off_span(X[n:2 * n - 1], rng)
     return as_dataset(E, X, Y)
+
+
+def _off_span(V: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A random unit vector orthogonal to the rows of ``V``: a step of any size leaves their span."""
+    Q, _ = np.linalg.qr(V.T, mode="complete")
+    u = Q[:, V.shape[0]:] @ rng.standard_normal(V.shape[1] - V.shape[0])
+    return u / np.linalg.norm(u)
 
 
 @st.composite
 def adversarial(draw) -> tuple[Dataset, int]:
     """Adversarial but valid problems: (data, H).
 
-    - ``span``: a query within 1e-13..1e-10 of a later group's span (tiny Lemma 3 gap);
+    - ``span``: a query 1e-13..1e-10 away from a later group's span (tiny Lemma 3 gap);
     - ``tokens``: a context with two tokens 1e-9 apart (its logits nearly tie);
     - ``family``: :func:`near_degenerate_family` with a gap from 1e-13 to 1e-9.
     """
@@ -136,8 +142,8 @@ def adversarial(draw) -> tuple[Dataset, int]:
     H, n, d = 3, 3, 4
     T = H * (n - 1) + 1
     E, X, Y = rng.random((T, n, d)), rng.random((T, d)), rng.random(T)
-    if kind == "span":
-        X[0] = X[n] - X[n + 1] + 10.0 ** draw(st.floats(-13, -10)) * rng.standard_normal(d)
+    if kind == "span":                      # group 2 is examples n..2n−2
+        X[0] = X[n] - X[n + 1] + 10.0 ** draw(st.floats(-13, -10)) * _off_span(X[n:2 * n - 1], rng)
     else:
         t = draw(st.integers(0, T - 1))
         E[t, 1] = E[t, 0] + 1e-9 * rng.standard_normal(d)

@@ -203,3 +203,14 @@ def test_both_certify_methods_agree_and_float64_is_looser():
     assert fast.claims["memorization"]["max_abs_error_bound"] >= exact.claims["memorization"]["max_abs_error_bound"]
     with pytest.raises(InputError):
         certify(build(data, 4, precision="128").weights, data, method="float64")
+
+
+def test_certify_cli_method_option(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["build", "--out", str(out), "--synthetic", "independent", "--context", "3", "--dim", "4",
+                 "--heads", "2", "--quiet"]) == 0
+    w, d = str(out / "weights.npz"), str(out / "data.npz")
+    assert main(["certify", w, d, "--method", "interval", "--out", str(tmp_path / "c.json")]) == 0
+    assert "interval_bits" in json.loads((tmp_path / "c.json").read_text())
+    assert main(["certify", w, d, "--method", "float64"]) == 0
+    assert "rigorous float64" in capsys.readouterr().out
