@@ -15,9 +15,9 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import reduce
 
 import numpy as np
-import sympy
 
 from .assumptions import a2_violations, kruskal_rank
 from .build import BuildResult, build, capacity
@@ -115,7 +115,8 @@ _CSS = ("body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;
 
 
 def _format(value) -> str:
-    if isinstance(value, sympy.MatrixBase):
+    if type(value).__module__.startswith("sympy"):     # exact matrices (sympy is imported lazily)
+        import sympy
         return sympy.pretty(value, use_unicode=True)
     a = np.asarray(value)
     if a.size > _MATRIX_LIMIT * _MATRIX_LIMIT:
@@ -146,7 +147,9 @@ def tiny_dataset(heads: int = 3, context: int = 3, dim: int = 4, *, seed: int = 
                       "100 draws; change the seed or the sizes"], what="teach")
 
 
-def _exact(a: np.ndarray) -> sympy.Matrix:
+def _exact(a: np.ndarray):
+    """``a`` as an exact sympy matrix of rationals (inputs are halves of small integers)."""
+    import sympy
     return sympy.Matrix([[sympy.Rational(Fraction(float(v)).limit_denominator(10**6)) for v in row]
                          for row in np.atleast_2d(a)])
 
@@ -330,7 +333,7 @@ def _later_head_step(h: int, data: Dataset, result: BuildResult, ranks: list[int
              f"The targets on G_{h + 1} are met to {ev.target_error:.2g}."]
     matrices = {"a": tr.a, "b": tr.b, "C": tr.C, "F": tr.F, "s (new targets)": tr.targets, "M": tr.M}
     if exact:
-        matrices["basis of span(X_S)^⊥, exactly"] = sympy.Matrix.hstack(*exact(X_S).nullspace())
+        matrices["basis of span(X_S)^⊥, exactly"] = reduce(lambda A, B: A.row_join(B), exact(X_S).nullspace())
     return Step(f"{h + 3}. Head {h + 1}: fit {len(S)} new examples, freeze the earlier ones "
                 "(Lemma 3, Claim 2, Lemma 4)", "MATH.md §3 Lemmas 3–5, Claim 2, §4.4",
                 "proofs.claim2 (check_head), proofs.prop1 (check_step)", lines, matrices, [figure])
