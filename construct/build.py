@@ -246,6 +246,7 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed:
             C, F = prec.zeros((len(S), 0)), prec.zeros((len(S), d))
             s, K, Q, M, sigma_M, draws = _fit_group(data, S, F, rng)
             W_K[h, :, :len(S)], W_Q[h, :, :len(S)] = K, Q
+            Z[:, cols] = head_features(data.E, data.X, W_K[h], W_Q[h])
             c = c_explicit = C_norm = ell_max = bound = measured = 0.0
             sigma_N = sigma_M
             delta_min, sep = None, None
@@ -293,16 +294,15 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed:
             else:
                 c = c_explicit
             W_K[h, :, m], W_Q[h, :, m] = c * sep.a, sep.b
-            Z_A_h = head_features(data.E[:a], data.X[:a], W_K[h], W_Q[h])
-            measured = spectral_norm(C @ (Z_bar - Z_A_h))
-            sigma_N = float(numerical_rank(head_features(data.E[S.start:S.stop], data.X[S.start:S.stop],
-                                                         W_K[h], W_Q[h]) - C @ Z_A_h)[1][-1])
+            Z[:, cols] = head_features(data.E, data.X, W_K[h], W_Q[h])        # the head's one forward pass
+            Z_h = Z[:, cols]
+            measured = spectral_norm(C @ (Z_bar - Z_h[:a]))
+            sigma_N = float(numerical_rank(Z_h[S.start:S.stop] - C @ Z_h[:a])[1][-1])
             bound = rank_perturbation_bound(C_norm, rho, ell_inf, delta, c, n)
             delta_min, ell_max = float(delta.min()), float(ell_inf.max())
 
         rounding = precision_mod.logit_rounding(E64[S.start:S.stop], X64[S.start:S.stop], W_K[h], W_Q[h],
                                                 prec.eps)
-        Z[:, cols] = head_features(data.E, data.X, W_K[h], W_Q[h])
         target_rows = np.einsum("tnd,tn->td", data.E[S.start:S.stop], s)
         evidence.append(HeadEvidence(
             head=h + 1, examples=[S.start, S.stop - 1], scale=c, scale_explicit=c_explicit, delta_min=delta_min,

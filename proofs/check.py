@@ -28,7 +28,22 @@ from construct.precision import logit_rounding
 
 EXACT_TOL = 1e-9
 
-__all__ = ["Check", "EXACT_TOL", "factored_rank", "logit_rounding"]
+__all__ = ["Check", "EXACT_TOL", "factored_rank", "logit_rounding", "traced_head"]
+
+
+def traced_head(result, head: int, who: str):
+    """Head ``head``'s trace and evidence (heads from 2) of a float64 build made with ``trace=True``.
+
+    Raises:
+        ValueError: no trace, high-precision weights, or no such later head.
+    """
+    if not result.trace:
+        raise ValueError(f"{who} needs a build made with trace=True")
+    if result.weights.bits is not None:
+        raise ValueError(f"{who} checks float64 builds; build with precision='float64'")
+    if not 2 <= head <= len(result.trace):
+        raise ValueError(f"head must be between 2 and {len(result.trace)}, got {head}")
+    return result.trace[head - 1], result.heads[head - 1]
 
 
 def factored_rank(K: np.ndarray, Q: np.ndarray) -> int:

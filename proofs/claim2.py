@@ -17,7 +17,7 @@ from construct.model import head_attention
 from construct.saturation import one_hot_distance
 
 from . import claim1, lemma3, lemma4
-from .check import EXACT_TOL, Check, factored_rank, logit_rounding
+from .check import EXACT_TOL, Check, factored_rank, logit_rounding, traced_head
 
 STATEMENT = "Claim 2"
 
@@ -73,13 +73,8 @@ def check_head(result: BuildResult, head: int) -> Check:
     Reads the head's weights as built: ``W_K[h] = [K, c a, 0…]``, ``W_Q[h] = [X_S^T, b, 0…]``, and
     checks them against the targets and the saturation tokens ``j*`` the construction recorded.
     """
-    if not result.trace:
-        raise ValueError("check_head needs a build made with trace=True")
-    if result.weights.bits is not None:
-        raise ValueError("check_head checks float64 builds; build with precision='float64'")
-    if not 2 <= head <= len(result.trace):
-        raise ValueError(f"head must be between 2 and {len(result.trace)}, got {head}")
-    h, tr, ev = head - 1, result.trace[head - 1], result.heads[head - 1]
+    tr, ev = traced_head(result, head, "check_head")
+    h = head - 1
     E, X = result.data.E, result.data.X
     S, m, c = tr.examples, len(tr.examples), ev.scale
     W_K, W_Q = result.weights.W_K[h], result.weights.W_Q[h]

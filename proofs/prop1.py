@@ -17,7 +17,7 @@ from construct.linalg import numerical_rank
 from construct.model import feature_matrix
 from construct.partition import partition
 
-from .check import Check
+from .check import Check, traced_head
 
 STATEMENT = "Proposition 1"
 
@@ -70,13 +70,8 @@ def check_step(result: BuildResult, head: int) -> Check:
     proof makes ``N`` close to ``M``, and the perturbation ``‖C(Z''_A − Z̄_A)‖_2`` is reported);
     and that ``Z`` restricted to heads ``1..h`` has full row rank on the examples fitted so far.
     """
-    if not result.trace:
-        raise ValueError("check_step needs a build made with trace=True")
-    if result.weights.bits is not None:
-        raise ValueError("check_step checks float64 builds; build with precision='float64'")
-    if not 2 <= head <= len(result.trace):
-        raise ValueError(f"head must be between 2 and {len(result.trace)}, got {head}")
-    data, tr, ev = result.data, result.trace[head - 1], result.heads[head - 1]
+    tr, ev = traced_head(result, head, "check_step")
+    data = result.data
     d, S = data.d, tr.examples
     Z = feature_matrix(data.E, data.X, result.weights)
     Z1 = Z[:, :(head - 1) * d]
