@@ -274,13 +274,14 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed:
             c_explicit = explicit_scale(C_norm, rho, ell_inf, delta, n, sigma_M)
             m = len(S)
             W_K[h, :, :m], W_Q[h, :, :m] = K, Q                      # Claim 2: W_S + c a b^T
+            guess = evidence[-1].scale or None                       # the search starts at the last head's scale
             if scale == "saturating":        # bisection on the actual attention, not Lemma 4
                 C64, ell64, g64 = (precision_mod.to_float(v) for v in (C, ell, sep.g))
 
                 def perturbation(c_try: float) -> float:
                     return perturbation_at(C64, C_norm, E64[:a], token_norms[:a], ell64, g64, sep.j_star, c_try)
 
-                c = smallest_scale(perturbation, c_explicit, MARGIN * sigma_M)
+                c = smallest_scale(perturbation, c_explicit, MARGIN * sigma_M, guess)
             elif scale == "rank":             # only what the rank step needs (Lemma 1 on N)
                 C64, ell64, g64 = (precision_mod.to_float(v) for v in (C, ell, sep.g))
                 N0 = precision_mod.to_float(M + F)                   # Z''_S: the targets' rows
@@ -290,7 +291,7 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed:
                     N = N0 - C64 @ np.einsum("tnd,tn->td", E64[:a], s_A)
                     return -float(np.linalg.svd(N, compute_uv=False)[-1])
 
-                c = smallest_scale(shortfall, c_explicit, -(1 - MARGIN) * sigma_M)
+                c = smallest_scale(shortfall, c_explicit, -(1 - MARGIN) * sigma_M, guess)
             else:
                 c = c_explicit
             W_K[h, :, m], W_Q[h, :, m] = c * sep.a, sep.b

@@ -114,7 +114,7 @@ def perturbation_at(C: np.ndarray, C_norm: float, E_A: np.ndarray, rho: np.ndarr
     return float(np.sqrt(max(np.linalg.eigvalsh(G @ G.T)[-1], 0.0))) + rest
 
 
-def smallest_scale(measure, c_explicit: float, target: float) -> float:
+def smallest_scale(measure, c_explicit: float, target: float, guess: float | None = None) -> float:
     """Smallest ``c ∈ [c_explicit·2^-60, c_explicit]`` (to a factor 1.1) with ``measure(c) ≤ target``.
 
     ``measure(c)`` bounds the perturbation ``‖C (Z̄_A − Z''_A(c))‖_2`` at scale ``c``
@@ -123,12 +123,24 @@ def smallest_scale(measure, c_explicit: float, target: float) -> float:
     ``log c`` applies; the returned scale always satisfies ``measure(c) ≤ target`` itself, and
     ``c / 1.1`` did not (unless the lower end was reached). Returns ``c_explicit`` when even it
     does not measure below the target.
+
+    ``guess`` (the previous head's scale, say) only changes where the search starts: it steps
+    from the guess until the crossing is bracketed, then bisects. Within an octave of the
+    answer that takes about 5 measurements instead of 11 from the whole range.
     """
-    if c_explicit <= 0 or measure(c_explicit) > target:
+    if c_explicit <= 0:
         return c_explicit
-    lo, hi = c_explicit * 2.0 ** -_SCALE_OCTAVES, c_explicit
-    if measure(lo) <= target:
-        return lo
+    floor = c_explicit * 2.0 ** -_SCALE_OCTAVES
+    if guess is not None and floor < guess < c_explicit:
+        lo, hi = _bracket(measure, guess, floor, c_explicit, target)
+        if lo is None:                       # the bracket reached an end of the range
+            return hi
+    else:
+        if measure(c_explicit) > target:
+            return c_explicit
+        if measure(floor) <= target:
+            return floor
+        lo, hi = floor, c_explicit
     while hi > lo * _SCALE_RESOLUTION:
         mid = float(np.sqrt(lo * hi))
         if measure(mid) <= target:
@@ -136,3 +148,27 @@ def smallest_scale(measure, c_explicit: float, target: float) -> float:
         else:
             lo = mid
     return hi
+
+
+def _bracket(measure, guess: float, floor: float, top: float, target: float):
+    """``(lo, hi)`` with ``measure(lo) > target ≥ measure(hi)``, stepping from ``guess`` within
+    ``[floor, top]`` by 1, 2, 4, … octaves (galloping: close answers cost few steps, far ones
+    about as many as bisecting the whole range); ``(None, c)`` when the answer is an end ``c``."""
+    octaves = 1.0
+    if measure(guess) <= target:
+        hi = guess
+        while True:
+            c = max(hi * 2.0 ** -octaves, floor)
+            if measure(c) > target:
+                return c, hi
+            if c == floor:
+                return None, floor
+            hi, octaves = c, 2 * octaves
+    lo = guess
+    while True:
+        c = min(lo * 2.0 ** octaves, top)
+        if measure(c) <= target:
+            return lo, c
+        if c == top:
+            return None, top
+        lo, octaves = c, 2 * octaves

@@ -75,18 +75,20 @@ def test_head_logits_match_the_definition(seed):
     assert np.allclose(head_logits(E, X, W_K, W_Q), expected)
 
 
-@given(seeds, st.floats(1e-3, 1e6), st.floats(0.0, 1.0))
-def test_smallest_scale_is_admissible_and_minimal_to_ten_percent(seed, c_explicit, where):
+@given(seeds, st.floats(1e-3, 1e6), st.floats(0.0, 1.0),
+       st.one_of(st.none(), st.floats(-70.0, 10.0)))
+def test_smallest_scale_is_admissible_and_minimal_to_ten_percent(seed, c_explicit, where, log2_guess):
     # A decreasing measure crossing the target at c0 = where · c_explicit: the search returns an
-    # admissible scale within 10% above c0 (or the lower end of its range).
+    # admissible scale within 10% above c0 (or the lower end of its range), wherever it starts.
     rng = np.random.default_rng(seed)
+    guess = None if log2_guess is None else c_explicit * 2.0 ** log2_guess
     c0 = where * c_explicit
     rate = rng.uniform(0.1, 10.0) / c_explicit
 
     def measure(c):
         return float(np.exp(-rate * (c - c0)))                       # = 1 at c0
 
-    c = smallest_scale(measure, c_explicit, 1.0)
+    c = smallest_scale(measure, c_explicit, 1.0, guess)
     assert c <= c_explicit and measure(c) <= 1.0
     floor = c_explicit * 2.0 ** -60
     assert c <= max(c0 * 1.1, floor) * (1 + 1e-12)
