@@ -19,6 +19,10 @@ EPS = float(np.finfo(np.float64).eps)
 # Below this size a dense SVD of the triangular factor is cheap; above, Lanczos (ARPACK).
 _DENSE_SVD_LIMIT = 600
 
+# row_factor keeps the Cholesky factor of the Gram matrix only while the rounding of forming and
+# factoring it moves σ_min(Z)² by at most this fraction (σ_min(Z) to about 5e-7, relative).
+GRAM_SLACK = 1e-6
+
 
 _controller: ThreadpoolController | None = None
 
@@ -116,3 +120,36 @@ def qr_r(A: np.ndarray) -> np.ndarray:
     if A.shape[0] == 0:
         return np.zeros((0, A.shape[1]))
     return np.linalg.qr(A, mode="r")
+
+
+def sum_rounding(k: int) -> float:
+    """Higham's ``γ_k = k u / (1 − k u)``, ``u = ε/2``: the relative rounding of a length-``k`` sum."""
+    u = EPS / 2
+    return k * u / (1 - k * u)
+
+
+def row_factor(Z: np.ndarray) -> tuple[np.ndarray, tuple[float, float]]:
+    """Upper-triangular ``R`` (T, T) with ``R^T R = Z Z^T`` for ``Z`` (T, k), ``T ≤ k``, and the
+    extreme singular values ``(σ_max, σ_min)`` of ``Z``.
+
+    Tries the Cholesky factor of the Gram matrix first (about a third of a QR of ``Z^T``), and
+    keeps it only when rounding provably cannot matter: forming ``Z Z^T`` moves it by at most
+    ``γ_k ‖Z‖_F²`` and Cholesky by at most ``γ_{T+1} ‖R‖_F²`` (Higham, Thm 10.3, in 2-norm), so
+    by Weyl ``σ_min(R)²`` is within ``δ`` of ``σ_min(Z)²``; accepted when ``δ ≤ GRAM_SLACK ·
+    σ_min(R)²``. Otherwise (ill-conditioned ``Z``, Cholesky breakdown) the QR of ``Z^T``.
+    """
+    T, k = Z.shape
+    if 0 < T <= k:
+        G = Z @ Z.T                                  # symmetric: G.T is its Fortran-order view
+        trace = float(np.trace(G))
+        try:
+            R = sla.cholesky(G.T, lower=False, overwrite_a=True, check_finite=False)
+        except np.linalg.LinAlgError:
+            R = None
+        if R is not None and np.all(np.isfinite(R)):
+            s_max, s_min = triangular_extremes(R)
+            delta = sum_rounding(k) * trace + sum_rounding(T + 1) * float(np.einsum("ij,ij->", R, R))
+            if delta <= GRAM_SLACK * s_min**2:
+                return R, (s_max, s_min)
+    R = qr_r(Z.T)
+    return R, triangular_extremes(R) if R.shape[0] == R.shape[1] else (0.0, 0.0)

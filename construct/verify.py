@@ -14,7 +14,7 @@ import numpy as np
 
 from . import precision
 from .data import Dataset
-from .linalg import numerical_rank, qr_r, rank_tol, triangular_extremes
+from .linalg import numerical_rank, rank_tol, row_factor, triangular_extremes
 from .model import Weights, check_compatible, feature_matrix, forward, output_from_features
 
 DEFAULT_TOL = 1e-8
@@ -52,11 +52,12 @@ class Verification:
 
 
 def check(Z: np.ndarray, R: np.ndarray | None, weights: Weights, data: Dataset,
-          tol: float = DEFAULT_TOL) -> Verification:
-    """Verify from a computed feature matrix ``Z`` (T, H·d) and the ``R`` of ``Z^T = Q R``.
+          tol: float = DEFAULT_TOL, extremes: tuple[float, float] | None = None) -> Verification:
+    """Verify from a computed feature matrix ``Z`` (T, H·d) and an ``R`` with ``R^T R = Z Z^T``.
 
     ``R`` is used when ``Z`` has at least as many columns as rows; otherwise ``rank Z < T`` and
-    the rank comes from the singular values of ``Z`` itself.
+    the rank comes from the singular values of ``Z`` itself. ``extremes``: ``(σ_max, σ_min)`` of
+    ``Z`` when already known (:func:`construct.linalg.row_factor`).
     """
     out = output_from_features(Z, data.X, weights)
     err = float(np.abs(out - data.Y).max())
@@ -69,7 +70,7 @@ def check(Z: np.ndarray, R: np.ndarray | None, weights: Weights, data: Dataset,
         rank, s = numerical_rank(Z)
         s_max, s_min, rtol = float(s[0]), 0.0, rank_tol(s[0], Z.shape)
     else:
-        s_max, s_min = triangular_extremes(R)
+        s_max, s_min = triangular_extremes(R) if extremes is None else extremes
         rtol = rank_tol(s_max, Z.shape)
         # σ_min(Z) > tolerance ⇔ all T singular values count: rank Z = T.
         rank = data.T if s_min > rtol else numerical_rank(R)[0]
@@ -89,7 +90,10 @@ def verify(weights: Weights, data: Dataset, tol: float = DEFAULT_TOL) -> Verific
     check_compatible(weights, data.d, data.d_o)
     if weights.bits is None:
         Z = feature_matrix(data.E, data.X, weights)
-        return check(Z, qr_r(Z.T), weights, data, tol)
+        if Z.shape[1] < Z.shape[0]:
+            return check(Z, None, weights, data, tol)
+        R, extremes = row_factor(Z)
+        return check(Z, R, weights, data, tol, extremes)
     prec = precision.Precision(weights.bits)
     with prec.working():                            # evaluate at the weights' own precision
         data_p = Dataset(prec.asarray(data.E), prec.asarray(data.X), prec.asarray(data.Y))

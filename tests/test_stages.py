@@ -3,6 +3,8 @@
 import numpy as np
 from hypothesis import given, strategies as st
 
+from construct.assumptions import a2_violations
+from construct.linalg import row_factor
 from construct.model import head_logits, softmax
 from construct.readout import min_norm_solve, readout_weights
 from construct.rowreduce import RowSpaceFactor
@@ -108,3 +110,42 @@ def test_perturbation_at_bounds_the_exact_perturbation():
         got = perturbation_at(C, np.linalg.norm(C, 2), E, rho, ell, g, j, c)
         assert exact <= got * (1 + 1e-12) + 1e-300
         assert got <= exact * (1 + 1e-5) + 1e-6 * np.linalg.norm(C, 2) * np.abs(rho).max()
+
+
+def _svd_a2_rule(E):
+    """The A2 rule as stated: a context is rank-deficient when a singular value is ≤ rank_tol."""
+    s = np.linalg.svd(E, compute_uv=False)
+    return np.flatnonzero((s <= max(E.shape[1:]) * np.finfo(float).eps * s[:, :1]).any(axis=1))
+
+
+@given(seeds, st.integers(1, 6), st.integers(0, 6), st.lists(st.floats(-18, 0), max_size=4))
+def test_a2_violations_is_the_singular_value_rule(seed, n, extra, gaps):
+    # Contexts pushed towards rank deficiency at every scale around the tolerance (≈ 1e-15 here):
+    # the Cholesky certificate must never accept one that the singular-value rule rejects.
+    rng = np.random.default_rng(seed)
+    T, d = 8, n + extra
+    E = rng.standard_normal((T, n, d))
+    for t, log_gap in enumerate(gaps):
+        E[t, -1] = E[t, :-1].sum(axis=0) + 10.0 ** log_gap * rng.standard_normal(d) if n > 1 \
+            else 10.0 ** log_gap * E[t, -1]
+    expected = _svd_a2_rule(E)
+    assert np.array_equal(a2_violations(E), expected)
+    if any(g < -16 for g in gaps) and n > 1:
+        assert expected.size                         # the family does reach deficient contexts
+
+
+@given(seeds, st.integers(2, 40), st.floats(0, 12))
+def test_row_factor_gives_the_extreme_singular_values(seed, T, log_cond):
+    # Gram + Cholesky when well conditioned, QR otherwise: either way R^T R = Z Z^T and the
+    # extremes are Z's to 1e-6 (relative). A Gram factor kept for κ = 1e12 would be off by far more.
+    rng = np.random.default_rng(seed)
+    k = T + int(rng.integers(0, 10))
+    U, _ = np.linalg.qr(rng.standard_normal((T, T)))
+    V, _ = np.linalg.qr(rng.standard_normal((k, T)))
+    s = np.logspace(0, -log_cond, T)
+    Z = (U * s) @ V.T
+    R, (s_max, s_min) = row_factor(Z)
+    assert np.allclose(R.T @ R, Z @ Z.T, atol=1e-12)
+    exact = np.linalg.svd(Z, compute_uv=False)
+    assert abs(s_max - exact[0]) <= 1e-6 * exact[0]
+    assert abs(s_min - exact[-1]) <= 1e-6 * exact[-1] + 1e-14
