@@ -22,6 +22,8 @@ _DENSE_SVD_LIMIT = 600
 # row_factor keeps the Cholesky factor of the Gram matrix only while the rounding of forming and
 # factoring it moves σ_min(Z)² by at most this fraction (σ_min(Z) to about 5e-7, relative).
 GRAM_SLACK = 1e-6
+# Rows of Z that row_factor looks at first, to skip a Gram matrix that would be rejected.
+_PROBE_ROWS = 256
 
 
 _controller: ThreadpoolController | None = None
@@ -137,9 +139,11 @@ def row_factor(Z: np.ndarray) -> tuple[np.ndarray, tuple[float, float]]:
     ``γ_k ‖Z‖_F²`` and Cholesky by at most ``γ_{T+1} ‖R‖_F²`` (Higham, Thm 10.3, in 2-norm), so
     by Weyl ``σ_min(R)²`` is within ``δ`` of ``σ_min(Z)²``; accepted when ``δ ≤ GRAM_SLACK ·
     σ_min(R)²``. Otherwise (ill-conditioned ``Z``, Cholesky breakdown) the QR of ``Z^T``.
+    Two cheap tests skip the Gram when it would be rejected anyway: a few rows of ``Z`` (before
+    forming it) and a condition estimate (before the extremes).
     """
     T, k = Z.shape
-    if 0 < T <= k:
+    if 0 < T <= k and _gram_may_do(Z):
         G = Z @ Z.T                                  # symmetric: G.T is its Fortran-order view
         trace = float(np.trace(G))
         try:
@@ -147,9 +151,29 @@ def row_factor(Z: np.ndarray) -> tuple[np.ndarray, tuple[float, float]]:
         except np.linalg.LinAlgError:
             R = None
         if R is not None and np.all(np.isfinite(R)):
-            s_max, s_min = triangular_extremes(R)
             delta = sum_rounding(k) * trace + sum_rounding(T + 1) * float(np.einsum("ij,ij->", R, R))
-            if delta <= GRAM_SLACK * s_min**2:
-                return R, (s_max, s_min)
+            # Cheap rejection first: LAPACK's estimate is a lower bound on ‖R^{-1}‖_1, so
+            # σ_min(R) ≤ sqrt(T) / estimate = sqrt(T) · rcond · ‖R‖_1.
+            rcond, _ = sla.lapack.dtrcon(R, norm="1")
+            if delta <= GRAM_SLACK * T * (rcond * np.abs(R).sum(axis=0).max()) ** 2:
+                s_max, s_min = triangular_extremes(R)
+                if delta <= GRAM_SLACK * s_min**2:
+                    return R, (s_max, s_min)
     R = qr_r(Z.T)
     return R, triangular_extremes(R) if R.shape[0] == R.shape[1] else (0.0, 0.0)
+
+
+def _gram_may_do(Z: np.ndarray) -> bool:
+    """False when ``Z``'s Gram factor would fail :func:`row_factor`'s test (it only picks the method).
+
+    The Gram matrix of a subset of rows is a principal submatrix of ``Z Z^T``, so its smallest
+    eigenvalue bounds ``σ_min(Z)²`` from above (Cauchy interlacing), and the rounding term ``δ``
+    is ``(γ_k + γ_{T+1}) ‖Z‖_F²`` up to rounding.
+    """
+    T, k = Z.shape
+    if T <= _PROBE_ROWS:
+        return True
+    probe = Z[:: T // _PROBE_ROWS][:_PROBE_ROWS]
+    upper = float(np.linalg.eigvalsh(probe @ probe.T)[0])
+    delta = (sum_rounding(k) + sum_rounding(T + 1)) * float(np.einsum("ij,ij->", Z, Z))
+    return GRAM_SLACK * upper >= delta

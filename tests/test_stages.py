@@ -1,6 +1,7 @@
 """Property tests of the statements each stage of the construction relies on."""
 
 import numpy as np
+import pytest
 from hypothesis import given, strategies as st
 
 from construct.assumptions import a2_violations
@@ -149,3 +150,16 @@ def test_row_factor_gives_the_extreme_singular_values(seed, T, log_cond):
     exact = np.linalg.svd(Z, compute_uv=False)
     assert abs(s_max - exact[0]) <= 1e-6 * exact[0]
     assert abs(s_min - exact[-1]) <= 1e-6 * exact[-1] + 1e-14
+
+
+@pytest.mark.parametrize("log_cond", [2, 10])
+def test_row_factor_past_its_probe(log_cond):
+    # Above 256 rows row_factor first probes a subset of rows; either way the result is Z's.
+    rng = np.random.default_rng(log_cond)
+    T, k = 300, 320
+    U, _ = np.linalg.qr(rng.standard_normal((T, T)))
+    V, _ = np.linalg.qr(rng.standard_normal((k, T)))
+    Z = (U * np.logspace(0, -log_cond, T)) @ V.T
+    R, (s_max, s_min) = row_factor(Z)
+    assert np.allclose(R.T @ R, Z @ Z.T, atol=1e-12)
+    assert abs(s_max - 1) <= 1e-6 and abs(s_min - 10.0 ** -log_cond) <= 1e-6 * 10.0 ** -log_cond + 1e-14
