@@ -72,10 +72,11 @@ class RowSpaceFactor:
         C = tri_solve(self.R, W).T
         VV = V @ V.T
         G = VV - W.T @ W                            # Gram matrix of the residual
-        rcond, _ = lapack.dtrcon(self.R)
         lam = np.linalg.eigvalsh(G)[0] if m else 1.0
-        accurate = (rcond > 0 and EPS / rcond**2 <= _SEMI_NORMAL_ACCURACY
-                    and lam > EPS * np.trace(VV) / _SEMI_NORMAL_ACCURACY)
+        accurate = lam > EPS * np.trace(VV) / _SEMI_NORMAL_ACCURACY
+        if accurate:                                # the condition estimate only when it decides
+            rcond, _ = lapack.dtrcon(self.R)
+            accurate = rcond > 0 and EPS / rcond**2 <= _SEMI_NORMAL_ACCURACY
         if accurate:
             Rres = sla.cholesky(G, lower=False, check_finite=False)
         else:
