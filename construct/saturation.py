@@ -119,35 +119,58 @@ def smallest_scale(measure, c_explicit: float, target: float, guess: float | Non
 
     ``measure(c)`` bounds the perturbation ``‖C (Z̄_A − Z''_A(c))‖_2`` at scale ``c``
     (:func:`perturbation_at`); ``target`` is ``margin · σ_min(M)``. Each earlier example's
-    attention moves towards its one-hot as ``c`` grows, so the measure decreases and bisection on
-    ``log c`` applies; the returned scale always satisfies ``measure(c) ≤ target`` itself, and
+    attention moves towards its one-hot as ``c`` grows, so the measure decreases and a bracket on
+    ``log c`` can be narrowed; the returned scale always satisfies ``measure(c) ≤ target`` itself, and
     ``c / 1.1`` did not (unless the lower end was reached). Returns ``c_explicit`` when even it
     does not measure below the target.
 
     ``guess`` (the previous head's scale, say) only changes where the search starts: it steps
-    from the guess until the crossing is bracketed, then bisects. Within an octave of the
-    answer that takes about 5 measurements instead of 11 from the whole range.
+    from the guess until the crossing is bracketed. The bracket is then narrowed at points that
+    interpolation of the measure in ``log c`` suggests (:func:`_next_probe`), each followed by a
+    probe 10% lower that can close it. Within an octave of the answer that takes about 5
+    measurements instead of 11 from the whole range.
     """
     if c_explicit <= 0:
         return c_explicit
+    seen: dict[float, float] = {}
+
+    def measured(c: float) -> float:
+        seen[c] = measure(c)
+        return seen[c]
+
     floor = c_explicit * 2.0 ** -_SCALE_OCTAVES
     if guess is not None and floor < guess < c_explicit:
-        lo, hi = _bracket(measure, guess, floor, c_explicit, target)
+        lo, hi = _bracket(measured, guess, floor, c_explicit, target)
         if lo is None:                       # the bracket reached an end of the range
             return hi
     else:
-        if measure(c_explicit) > target:
+        if measured(c_explicit) > target:
             return c_explicit
-        if measure(floor) <= target:
+        if measured(floor) <= target:
             return floor
         lo, hi = floor, c_explicit
+    closing = False
     while hi > lo * _SCALE_RESOLUTION:
-        mid = float(np.sqrt(lo * hi))
-        if measure(mid) <= target:
+        mid = hi / _SCALE_RESOLUTION if closing else _next_probe(lo, hi, seen[lo], seen[hi], target)
+        if measured(mid) <= target:         # after a pass above the crossing, try 10% below it
+            closing = not closing and mid / _SCALE_RESOLUTION > lo
             hi = mid
         else:
-            lo = mid
+            lo, closing = mid, False
     return hi
+
+
+def _next_probe(lo: float, hi: float, f_lo: float, f_hi: float, target: float) -> float:
+    """Where to measure next in ``(lo, hi)``: a little above the crossing that linear interpolation
+    of the measure in ``log c`` predicts (so that the probe 10% below it can close the bracket),
+    kept a tenth of the interval away from either end; the geometric mean when the two values do
+    not interpolate."""
+    u_lo, u_hi = np.log(lo), np.log(hi)
+    if not (np.isfinite(f_lo) and np.isfinite(f_hi) and f_lo > target >= f_hi):
+        return float(np.sqrt(lo * hi))
+    u = u_lo + (f_lo - target) / (f_lo - f_hi) * (u_hi - u_lo) + 0.5 * np.log(_SCALE_RESOLUTION)
+    margin = 0.1 * (u_hi - u_lo)
+    return float(np.exp(min(max(u, u_lo + margin), u_hi - margin)))
 
 
 def _bracket(measure, guess: float, floor: float, top: float, target: float):
