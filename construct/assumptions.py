@@ -19,7 +19,8 @@ from math import comb
 import numpy as np
 
 from .data import Dataset
-from .linalg import EPS, numerical_rank, sum_rounding
+from .enclose import gamma
+from .linalg import EPS, numerical_rank
 
 SAMPLED_TRIALS = 5000
 SAMPLED_THRESHOLD = 0.99
@@ -88,8 +89,8 @@ def _clearly_full_rank(E: np.ndarray) -> np.ndarray:
     if T == 0:
         return np.zeros(0, dtype=bool)
     G = E @ E.transpose(0, 2, 1)
-    fro2 = np.trace(G, axis1=1, axis2=2) * (1 + sum_rounding(d))       # ≥ ‖E^(t)‖_F²
-    tau = (2 * max(n, d) * EPS) ** 2 * fro2 + 2 * (sum_rounding(d) + sum_rounding(n + 1)) * fro2
+    fro2 = np.trace(G, axis1=1, axis2=2) * (1 + gamma(d))       # ≥ ‖E^(t)‖_F²
+    tau = (2 * max(n, d) * EPS) ** 2 * fro2 + 2 * (gamma(d) + gamma(n + 1)) * fro2
     try:
         np.linalg.cholesky(G - tau[:, None, None] * np.eye(n))
     except np.linalg.LinAlgError:

@@ -13,6 +13,7 @@ import scipy.sparse.linalg as spla
 from threadpoolctl import ThreadpoolController
 
 from . import precision
+from .enclose import gamma
 
 EPS = float(np.finfo(np.float64).eps)
 
@@ -124,12 +125,6 @@ def qr_r(A: np.ndarray) -> np.ndarray:
     return np.linalg.qr(A, mode="r")
 
 
-def sum_rounding(k: int) -> float:
-    """Higham's ``γ_k = k u / (1 − k u)``, ``u = ε/2``: the relative rounding of a length-``k`` sum."""
-    u = EPS / 2
-    return k * u / (1 - k * u)
-
-
 def row_factor(Z: np.ndarray) -> tuple[np.ndarray, tuple[float, float]]:
     """Upper-triangular ``R`` (T, T) with ``R^T R = Z Z^T`` for ``Z`` (T, k), ``T ≤ k``, and the
     extreme singular values ``(σ_max, σ_min)`` of ``Z``.
@@ -151,7 +146,7 @@ def row_factor(Z: np.ndarray) -> tuple[np.ndarray, tuple[float, float]]:
         except np.linalg.LinAlgError:
             R = None
         if R is not None and np.all(np.isfinite(R)):
-            delta = sum_rounding(k) * trace + sum_rounding(T + 1) * float(np.einsum("ij,ij->", R, R))
+            delta = gamma(k) * trace + gamma(T + 1) * float(np.einsum("ij,ij->", R, R))
             # Cheap rejection first: LAPACK's estimate is a lower bound on ‖R^{-1}‖_1, so
             # σ_min(R) ≤ sqrt(T) / estimate = sqrt(T) · rcond · ‖R‖_1.
             rcond, _ = sla.lapack.dtrcon(R, norm="1")
@@ -175,5 +170,5 @@ def _gram_may_do(Z: np.ndarray) -> bool:
         return True
     probe = Z[:: T // _PROBE_ROWS][:_PROBE_ROWS]
     upper = float(np.linalg.eigvalsh(probe @ probe.T)[0])
-    delta = (sum_rounding(k) + sum_rounding(T + 1)) * float(np.einsum("ij,ij->", Z, Z))
+    delta = (gamma(k) + gamma(T + 1)) * float(np.einsum("ij,ij->", Z, Z))
     return GRAM_SLACK * upper >= delta

@@ -55,20 +55,17 @@ def check(Z: np.ndarray, R: np.ndarray | None, weights: Weights, data: Dataset,
           tol: float = DEFAULT_TOL, extremes: tuple[float, float] | None = None) -> Verification:
     """Verify from a computed feature matrix ``Z`` (T, H·d) and an ``R`` with ``R^T R = Z Z^T``.
 
-    ``R`` is used when ``Z`` has at least as many columns as rows; otherwise ``rank Z < T`` and
-    the rank comes from the singular values of ``Z`` itself. ``extremes``: ``(σ_max, σ_min)`` of
+    ``R`` is None when ``Z`` has fewer columns than rows (then ``rank Z < T``) or is held at high
+    precision: the rank comes from the singular values of ``Z`` itself. ``extremes``: ``(σ_max, σ_min)`` of
     ``Z`` when already known (:func:`construct.linalg.row_factor`).
     """
     out = output_from_features(Z, data.X, weights)
     err = float(np.abs(out - data.Y).max())
-    if precision.is_mp(Z) or R is None:             # small, high precision: singular values of Z
-        rank, s = numerical_rank(Z)
+    if precision.is_mp(Z) or R is None:             # high precision, or fewer features than examples
+        rank, s = numerical_rank(Z)                 # (then rank Z < T): singular values of Z
         s_max = float(s[0]) if s.size else 0.0
         s_min = float(s[data.T - 1]) if s.size >= data.T else 0.0
         rtol = float(rank_tol(s_max, Z.shape, precision.of(Z).eps))
-    elif Z.shape[1] < Z.shape[0]:                   # fewer features than examples: rank Z < T
-        rank, s = numerical_rank(Z)
-        s_max, s_min, rtol = float(s[0]), 0.0, rank_tol(s[0], Z.shape)
     else:
         s_max, s_min = triangular_extremes(R) if extremes is None else extremes
         rtol = rank_tol(s_max, Z.shape)
