@@ -7,7 +7,11 @@ Rank decisions in this codebase go through :func:`rank_tol` only, the convention
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 import numpy as np
+import scipy
 import scipy.linalg as sla
 import scipy.sparse.linalg as spla
 from threadpoolctl import ThreadpoolController
@@ -51,6 +55,49 @@ def blas_limit(threads: int):
     threads ran them 2-20x slower on the 2-core CI machine) and its large products on all.
     """
     return _threadpools().limit(limits=threads, user_api="blas")
+
+
+_pools_split: tuple[list, list] | None = None
+
+
+def _split_pools() -> tuple[list, list]:
+    """``(scipy's BLAS pools, every other BLAS pool)``, found once.
+
+    Wheels of numpy and scipy each bundle their own OpenBLAS, with its own thread pool; scipy's
+    is the one loaded from scipy's install (``scipy.libs``, ``scipy/.dylibs``). When none is
+    (one BLAS shared by both, as from conda or a system package), every pool counts as scipy's.
+    """
+    global _pools_split
+    if _pools_split is None:
+        pools = _threadpools().select(user_api="blas").lib_controllers
+        root = os.path.dirname(os.path.dirname(os.path.realpath(scipy.__file__)))
+        mine = [p for p in pools if os.path.relpath(os.path.realpath(p.filepath), root).split(os.sep)[0]
+                in ("scipy", "scipy.libs")]
+        _pools_split = (mine, [p for p in pools if p not in mine]) if mine else (pools, [])
+    return _pools_split
+
+
+@contextlib.contextmanager
+def scipy_threads(threads: int):
+    """Context manager: BLAS and LAPACK called through scipy run on ``threads`` threads, every
+    other BLAS pool (numpy's) on one.
+
+    OpenBLAS's worker threads busy-wait for a while after each call. With two pools, a
+    multi-threaded call in one while the other's workers still spin puts more threads than cores
+    to work: on the 2-core CI machine a QR update ran 3x slower and a product gained nothing.
+    So the heavy operations go through one pool only, scipy's (it has the LAPACK routines).
+    """
+    ours, others = _split_pools()
+    saved = [(p, p.num_threads) for p in ours + others]
+    try:
+        for p in others:
+            p.set_num_threads(1)
+        for p in ours:
+            p.set_num_threads(threads)
+        yield
+    finally:
+        for p, n in saved:
+            p.set_num_threads(n)
 
 
 def tri_solve(R: np.ndarray, rhs: np.ndarray, trans: str = "N") -> np.ndarray:
@@ -109,20 +156,27 @@ def triangular_extremes(R: np.ndarray) -> tuple[float, float]:
     if np.any(np.diag(R) == 0):
         return float(sla.norm(R, 2)), 0.0
     v0 = np.ones(m) / np.sqrt(m)
-    gram = spla.LinearOperator((m, m), matvec=lambda v: R.T @ (R @ v), dtype=np.float64)
-
     R = np.asfortranarray(R)
-    inv = spla.LinearOperator((m, m), matvec=lambda v: gram_solve(R, v), dtype=np.float64)
-    lam_max = spla.eigsh(gram, k=1, which="LA", v0=v0, return_eigenvectors=False)[0]
-    inv_max = spla.eigsh(inv, k=1, which="LA", v0=v0, return_eigenvectors=False)[0]
+    # scipy's BLAS for the products too, so that one thread pool does all the work (scipy_threads)
+    trmv, trsv = sla.blas.dtrmv, sla.blas.dtrsv
+    gram = spla.LinearOperator((m, m), matvec=lambda v: trmv(R, trmv(R, v), trans=1), dtype=np.float64)
+    inv = spla.LinearOperator((m, m), matvec=lambda v: trsv(R, trsv(R, v, trans=1)), dtype=np.float64)
+    with scipy_threads(blas_threads()):
+        lam_max = spla.eigsh(gram, k=1, which="LA", v0=v0, return_eigenvectors=False)[0]
+        inv_max = spla.eigsh(inv, k=1, which="LA", v0=v0, return_eigenvectors=False)[0]
     return float(np.sqrt(lam_max)), float(1.0 / np.sqrt(inv_max))
 
 
 def qr_r(A: np.ndarray) -> np.ndarray:
     """The triangular factor ``R``, shape ``(min(p, m), m)``, of the QR of ``A`` (p, m), any shape."""
-    if A.shape[0] == 0:
-        return np.zeros((0, A.shape[1]))
-    return np.linalg.qr(A, mode="r")
+    p, m = A.shape
+    if p == 0 or m == 0:
+        return np.zeros((min(p, m), m))
+    # LAPACK's geqrf through scipy (one thread pool with the rest: scipy_threads), with the
+    # workspace it asks for (blocked, as fast as numpy.linalg.qr)
+    lwork = int(sla.lapack.dgeqrf_lwork(p, m)[0])
+    qr = sla.lapack.dgeqrf(A, lwork=lwork)[0]
+    return np.triu(qr[:min(p, m)])
 
 
 def row_factor(Z: np.ndarray) -> tuple[np.ndarray, tuple[float, float]]:
@@ -138,24 +192,25 @@ def row_factor(Z: np.ndarray) -> tuple[np.ndarray, tuple[float, float]]:
     forming it) and a condition estimate (before the extremes).
     """
     T, k = Z.shape
-    if 0 < T <= k and _gram_may_do(Z):
-        G = Z @ Z.T                                  # symmetric: G.T is its Fortran-order view
-        trace = float(np.trace(G))
-        try:
-            R = sla.cholesky(G.T, lower=False, overwrite_a=True, check_finite=False)
-        except np.linalg.LinAlgError:
-            R = None
-        if R is not None and np.all(np.isfinite(R)):
-            delta = gamma(k) * trace + gamma(T + 1) * float(np.einsum("ij,ij->", R, R))
-            # Cheap rejection first: LAPACK's estimate is a lower bound on ‖R^{-1}‖_1, so
-            # σ_min(R) ≤ sqrt(T) / estimate = sqrt(T) · rcond · ‖R‖_1.
-            rcond, _ = sla.lapack.dtrcon(R, norm="1")
-            if delta <= GRAM_SLACK * T * (rcond * np.abs(R).sum(axis=0).max()) ** 2:
-                s_max, s_min = triangular_extremes(R)
-                if delta <= GRAM_SLACK * s_min**2:
-                    return R, (s_max, s_min)
-    R = qr_r(Z.T)
-    return R, triangular_extremes(R) if R.shape[0] == R.shape[1] else (0.0, 0.0)
+    with scipy_threads(blas_threads()):             # every large operation in scipy's BLAS
+        if 0 < T <= k and _gram_may_do(Z):
+            G = sla.blas.dsyrk(1.0, np.ascontiguousarray(Z).T, trans=1)   # upper triangle of Z Z^T
+            trace = float(np.trace(G))
+            try:
+                R = sla.cholesky(G, lower=False, overwrite_a=True, check_finite=False)
+            except np.linalg.LinAlgError:
+                R = None
+            if R is not None and np.all(np.isfinite(R)):
+                delta = gamma(k) * trace + gamma(T + 1) * float(np.einsum("ij,ij->", R, R))
+                # Cheap rejection first: LAPACK's estimate is a lower bound on ‖R^{-1}‖_1, so
+                # σ_min(R) ≤ sqrt(T) / estimate = sqrt(T) · rcond · ‖R‖_1.
+                rcond, _ = sla.lapack.dtrcon(R, norm="1")
+                if delta <= GRAM_SLACK * T * (rcond * np.abs(R).sum(axis=0).max()) ** 2:
+                    s_max, s_min = triangular_extremes(R)
+                    if delta <= GRAM_SLACK * s_min**2:
+                        return R, (s_max, s_min)
+        R = qr_r(Z.T)
+        return R, triangular_extremes(R) if R.shape[0] == R.shape[1] else (0.0, 0.0)
 
 
 def _gram_may_do(Z: np.ndarray) -> bool:
