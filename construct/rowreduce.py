@@ -12,7 +12,9 @@ triangular factor ``R`` of ``Z_A^T = Q R`` (never ``Q``; ``R^T R = Z_A Z_A^T``),
   ``W = Q^T V^T = R^{-T} Z_A V^T``, coefficients ``C = (R^{-1} W)^T`` and the triangular factor
   of its residual ``V − C Z_A``. When ``ε·κ(R)²`` or the cancellation in the residual's Gram
   matrix could cost accuracy (ill-conditioned data: shared contexts), it switches to corrected
-  semi-normal equations with an explicit residual instead.
+  semi-normal equations with an explicit residual instead. ``κ(R)`` is estimated without a
+  pass of its own: ``‖R‖_F`` is kept through the updates, and ``‖R^{-1}‖_2`` by inverse
+  iteration, one step per group, as one more right-hand side of the solves for ``C``.
 - :meth:`RowSpaceFactor.add_features` appends a head's ``d`` feature columns: for the fitted
   rows ``R ← qr([R; Z_h[A]^T])``, a triangular-pentagonal QR (LAPACK ``tpqrt``); the staged
   group's coordinates go through the same reflectors (``tpmqrt``), and what falls outside the
@@ -51,6 +53,13 @@ class RowSpaceFactor:
         self._stop = 0                              # staged rows: a..stop−1
         self._W = np.zeros((0, 0), order="F")      # their coordinates Q^T V^T, (a, m)
         self._Rres = np.zeros((0, 0))               # triangular factor of their residual
+        # For the condition of R: ‖R‖_F² (= ‖Z[:a, :f]‖_F², kept up to date: tpqrt and the
+        # bordering are orthogonal), the staged rows' share of it, and the unit vector of
+        # inverse iteration on (R^T R)^{-1}, one step per group riding on the solves for C.
+        self._frob2 = 0.0
+        self._staged_frob2 = 0.0
+        self._x = np.zeros(0)
+        self._inv_norm2 = 0.0                       # the last estimate of ‖R^{-1}‖_2²
 
     def stage(self, stop: int) -> np.ndarray:
         """Project rows ``a..stop−1`` on the fitted rows; returns ``C`` (stop − a, a).
@@ -66,17 +75,23 @@ class RowSpaceFactor:
             self._Rres = qr_r(V.T)
             return np.zeros((m, 0))
         Z_A = self.Z[:self.a, :self.f]
+        rhs = np.empty((self.a, m + 1), order="F")
         with blas_limit(self.threads):
-            ZV = Z_A @ V.T
-        W = tri_solve(self.R, ZV, trans="T")
-        C = tri_solve(self.R, W).T
+            np.matmul(Z_A, V.T, out=rhs[:, :m])
+        rhs[:, m] = self._probe()
+        W = tri_solve(self.R, rhs, trans="T")
+        C = tri_solve(self.R, W)
+        W, C, y = W[:, :m], C[:, :m].T, C[:, m]
+        # y = (R^T R)^{-1} x for a unit x, so ‖y‖ ≤ ‖R^{-1}‖² (an estimate from below, close
+        # once the iteration has settled; as LAPACK's condition estimates are), and ‖R‖_F ≥ ‖R‖_2.
+        inv_norm2 = self._inv_norm2 = float(np.linalg.norm(y))
+        self._x = y / inv_norm2 if inv_norm2 > 0 else y
         VV = V @ V.T
+        self._staged_frob2 = float(np.trace(VV))
         G = VV - W.T @ W                            # Gram matrix of the residual
         lam = np.linalg.eigvalsh(G)[0] if m else 1.0
-        accurate = lam > EPS * np.trace(VV) / _SEMI_NORMAL_ACCURACY
-        if accurate:                                # the condition estimate only when it decides
-            rcond, _ = lapack.dtrcon(self.R)
-            accurate = rcond > 0 and EPS / rcond**2 <= _SEMI_NORMAL_ACCURACY
+        accurate = (lam > EPS * self._staged_frob2 / _SEMI_NORMAL_ACCURACY
+                    and np.isfinite(inv_norm2) and EPS * self._frob2 * inv_norm2 <= _SEMI_NORMAL_ACCURACY)
         if accurate:
             Rres = sla.cholesky(G, lower=False, check_finite=False)
         else:
@@ -90,15 +105,25 @@ class RowSpaceFactor:
         self._W, self._Rres = np.asfortranarray(W), Rres
         return C
 
+    def _probe(self) -> np.ndarray:
+        """The inverse iteration's vector for the current ``R``: the last one, extended over the
+        rows fitted since by a constant (a fixed start, so that builds are reproducible)."""
+        a, x = self.a, self._x
+        tail = np.full(a - x.size, 1.0 / np.sqrt(a))
+        v = np.concatenate([x, tail])
+        return v / np.linalg.norm(v)
+
     def add_features(self, f_new: int) -> None:
         """Extend the known features to ``0..f_new−1``, for the fitted and the staged rows."""
         if f_new <= self.f:
             return
         staged_new = self.Z[self.a:self._stop, self.f:f_new].T          # (f_new − f, m)
+        self._staged_frob2 += float(np.einsum("ij,ij->", staged_new, staged_new))
         if self.a:
             # A copy, always: tpqrt overwrites B, and for one fitted row the transposed slice is
             # already Fortran-contiguous, so asfortranarray would hand LAPACK a view of Z.
             B = np.array(self.Z[:self.a, self.f:f_new].T, order="F")
+            self._frob2 += float(np.einsum("ij,ij->", B, B))
             nb = max(1, min(self.a, 32))
             # tpqrt overwrites only the upper triangle of R; the zeros below stay.
             R, Vr, Tr, info = lapack.dtpqrt(0, nb, self.R, B, overwrite_a=1, overwrite_b=1)
@@ -126,11 +151,14 @@ class RowSpaceFactor:
         Rres = self._Rres[:m]
         if Rres.shape[0] < m or np.any(np.diag(Rres) == 0):
             raise ConstructionError(f"rows {a}..{stop - 1} of Z are dependent on the earlier rows")
-        R = np.zeros((stop, stop), order="F")
+        R = np.empty((stop, stop), order="F")
         R[:a, :a] = self.R
+        R[a:, :a] = 0.0
         R[:a, a:] = self._W
         R[a:, a:] = Rres
         self.R, self.a = R, stop
+        self._frob2 += self._staged_frob2
+        self._staged_frob2 = 0.0
         self._W = np.zeros((stop, 0), order="F")
 
 
@@ -156,6 +184,14 @@ class GramRowReduction:
         if self.a == 0:
             return np.zeros((stop, 0), dtype=object)
         return precision.gram_solve_rows(Z_A, Z_A @ V.T).T
+
+    def _probe(self) -> np.ndarray:
+        """The inverse iteration's vector for the current ``R``: the last one, extended over the
+        rows fitted since by a constant (a fixed start, so that builds are reproducible)."""
+        a, x = self.a, self._x
+        tail = np.full(a - x.size, 1.0 / np.sqrt(a))
+        v = np.concatenate([x, tail])
+        return v / np.linalg.norm(v)
 
     def add_features(self, f_new: int) -> None:
         self.f = max(self.f, f_new)

@@ -52,6 +52,27 @@ def test_incremental_factor_matches_direct_projection(seed, sizes, ill):
     assert np.allclose(factor.R.T @ factor.R, G, atol=1e-10 * np.abs(G).max())
 
 
+@given(seeds, st.lists(st.integers(1, 5), min_size=2, max_size=6), st.floats(0, 8))
+def test_factor_condition_estimate(seed, sizes, decades):
+    """The pieces of the semi-normal equations' accuracy test: ‖R‖_F² is kept exactly (up to
+    rounding) through the updates, and inverse iteration never overestimates ‖R^{-1}‖_2²."""
+    rng = np.random.default_rng(seed)
+    T, F = sum(sizes), 6 * len(sizes) + 6
+    Z = rng.standard_normal((T, F)) @ np.diag(np.logspace(0, -decades, F))
+    factor = RowSpaceFactor(Z)
+    stop = sizes[0]
+    factor.stage(stop)
+    for i, m in enumerate(sizes[1:], start=1):
+        factor.add_features(6 * i)
+        factor.commit()
+        factor.stage(stop + m)
+        R = factor.R
+        assert np.isclose(factor._frob2, np.sum(R**2), rtol=1e-12)
+        inverse_norm2 = 1 / np.linalg.svd(R, compute_uv=False)[-1] ** 2
+        assert factor._inv_norm2 <= inverse_norm2 * (1 + 1e-6)
+        stop += m
+
+
 @given(seeds, st.integers(1, 4), st.integers(1, 3))
 def test_readout_factorization_reproduces_B(seed, H, d_o):
     rng = np.random.default_rng(seed)
