@@ -16,7 +16,7 @@ from .assumptions import a2_violations
 from .claim1 import claim1_factors, interior_targets
 from .data import Dataset
 from .errors import CapacityError, ConstructionError, InputError
-from .linalg import blas_limit, blas_threads, numerical_rank, spectral_norm
+from .linalg import blas_limit, blas_threads, halves, numerical_rank, spectral_norm
 from .model import Weights, feature_matrix, forward, head_features, head_logits, param_count, softmax
 from .partition import partition
 from .readout import min_norm_solve, readout_target, readout_weights
@@ -217,7 +217,7 @@ def _fit_group(data: Dataset, S: range, F: np.ndarray, rng: np.random.Generator)
 
 
 def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed: int, scale: str,
-                     progress: Progress | None, threads: int, trace: list[HeadTrace] | None,
+                     progress: Progress | None, parallel: bool, trace: list[HeadTrace] | None,
                      prec: Precision = FLOAT64):
     """Stages 3-4: head 1 by Claim 1, heads 2.. by Lemma 3, the row reduction and Claim 2.
 
@@ -228,13 +228,22 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed:
     ``data`` is held at the precision ``prec`` (float64 or ``mpf`` arrays); the same steps run at
     either, with the incremental factorization for float64 and normal equations at high
     precision. Scales and norms that only need to be large enough are computed in float64.
+    ``parallel``: the passes over all examples run in two halves on two threads
+    (:func:`construct.linalg.together`).
     """
     T, n, d = data.T, data.n, data.d
     rng = np.random.default_rng(seed)
     W_K = prec.zeros((H, d, d_h))
     W_Q = prec.zeros((H, d, d_h))
     Z = prec.zeros((T, H * d))
-    factor = RowSpaceFactor(Z, threads) if prec.is_float64 else GramRowReduction(Z)
+    parallel = parallel and prec.is_float64
+    factor = RowSpaceFactor(Z, parallel) if prec.is_float64 else GramRowReduction(Z)
+
+    def features(h: int) -> None:                                    # the head's one forward pass
+        def rows(lo: int, hi: int) -> None:
+            Z[lo:hi, h * d:(h + 1) * d] = head_features(data.E[lo:hi], data.X[lo:hi], W_K[h], W_Q[h])
+        halves(rows, T, parallel)
+
     E64, X64 = precision_mod.to_float(data.E), precision_mod.to_float(data.X)
     token_norms = np.linalg.norm(E64, axis=2).max(axis=1)           # ρ per example
     evidence: list[HeadEvidence] = []
@@ -246,7 +255,7 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed:
             C, F = prec.zeros((len(S), 0)), prec.zeros((len(S), d))
             s, K, Q, M, sigma_M, draws = _fit_group(data, S, F, rng)
             W_K[h, :, :len(S)], W_Q[h, :, :len(S)] = K, Q
-            Z[:, cols] = head_features(data.E, data.X, W_K[h], W_Q[h])
+            features(h)
             c = c_explicit = C_norm = ell_max = bound = measured = 0.0
             sigma_N = sigma_M
             delta_min, sep = None, None
@@ -260,13 +269,12 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed:
                 raise ConstructionError(f"head {h + 1}: Lemma 3's logits tie on some earlier example after "
                                         f"{_MAX_DRAWS} draws (duplicate context tokens?)")
             Z_bar = data.E[np.arange(a), sep.j_star]                 # limit rows z̄^(t) = e_{j*(t)}
-            factor.add_features(h * d)                               # row reduction: C = Z'_S (Z'_A)^+
-            factor.commit()
-            C = factor.stage(S.stop)
+            C = factor.advance(h * d, S.stop)                        # row reduction: C = Z'_S (Z'_A)^+
             F = C @ Z_bar
             s, K, Q, M, sigma_M, more = _fit_group(data, S, F, rng)
             draws += more - 1
-            ell = head_logits(data.E[:a], data.X[:a], K, Q)          # ℓ^(t) = E W_S x on earlier rows
+            ell = np.vstack(halves(lambda lo, hi: head_logits(data.E[lo:hi], data.X[lo:hi], K, Q),
+                                   a, parallel))                   # ℓ^(t) = E W_S x on earlier rows
             ell_inf = precision_mod.to_float(np.abs(ell).max(axis=1))
             C_norm = spectral_norm(C)
             rho = float(token_norms[:a].max())
@@ -287,15 +295,18 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed:
                 N0 = precision_mod.to_float(M + F)                   # Z''_S: the targets' rows
 
                 def shortfall(c_try: float) -> float:
-                    s_A = softmax(ell64 + c_try * g64)
-                    N = N0 - C64 @ np.einsum("tnd,tn->td", E64[:a], s_A)
+                    def part(lo: int, hi: int) -> np.ndarray:          # C Z''_A over rows lo..hi−1
+                        s_A = softmax(ell64[lo:hi] + c_try * g64[lo:hi])
+                        return C64[:, lo:hi] @ np.einsum("tnd,tn->td", E64[lo:hi], s_A)
+                    first, second = halves(part, a, parallel)
+                    N = N0 - (first + second)
                     return -float(np.linalg.svd(N, compute_uv=False)[-1])
 
                 c = smallest_scale(shortfall, c_explicit, -(1 - MARGIN) * sigma_M, guess)
             else:
                 c = c_explicit
             W_K[h, :, m], W_Q[h, :, m] = c * sep.a, sep.b
-            Z[:, cols] = head_features(data.E, data.X, W_K[h], W_Q[h])        # the head's one forward pass
+            features(h)
             Z_h = Z[:, cols]
             measured = spectral_norm(C @ (Z_bar - Z_h[:a]))
             sigma_N = float(numerical_rank(Z_h[S.start:S.stop] - C @ Z_h[:a])[1][-1])
@@ -319,7 +330,7 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed:
         if progress is not None:
             progress(h + 1, len(groups))
     for h in range(len(groups), H):                                  # unused heads: W = 0, uniform
-        Z[:, h * d:(h + 1) * d] = head_features(data.E, data.X, W_K[h], W_Q[h])
+        features(h)
     return W_K, W_Q, Z, factor, evidence
 
 
@@ -455,13 +466,13 @@ def _build_at(data: Dataset, *, heads: int, head_dim: int | None, value_dim: int
     timings["partition"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
-    threads = blas_threads()
+    parallel = blas_threads() > 1
     with blas_limit(1):                  # many small operations: see construct.linalg.blas_limit
         traces: list[HeadTrace] | None = [] if trace else None
         with prec.working():
             data_p = Dataset(prec.asarray(data.E), prec.asarray(data.X), prec.asarray(data.Y))
             W_K, W_Q, Z, factor, evidence = _construct_heads(data_p, groups, H, d_h, seed, scale, progress,
-                                                             threads, traces, prec)
+                                                             parallel, traces, prec)
     timings["heads"] = time.perf_counter() - clock
 
     clock = time.perf_counter()

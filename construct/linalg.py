@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import scipy
@@ -52,7 +53,8 @@ def blas_limit(threads: int):
     """Context manager: BLAS runs on at most ``threads`` threads inside it.
 
     The construction runs its many small, skinny operations on one thread (on OpenBLAS two
-    threads ran them 2-20x slower on the 2-core CI machine) and its large products on all.
+    threads ran them 2-20x slower on the 2-core CI machine) and splits its passes over all
+    examples in two halves on threads of its own (:func:`together`).
     """
     return _threadpools().limit(limits=threads, user_api="blas")
 
@@ -98,6 +100,33 @@ def scipy_threads(threads: int):
     finally:
         for p, n in saved:
             p.set_num_threads(n)
+
+
+_helper: ThreadPoolExecutor | None = None
+
+
+def together(first, second, parallel: bool) -> tuple:
+    """``(first(), second())``, the first on a helper thread when ``parallel``.
+
+    The construction's two-core parallelism: numpy's loops and products, and LAPACK routines
+    that scipy wraps as thread-safe (``tpqrt``), release the GIL, so two of them take two
+    cores, with BLAS on one thread (:func:`blas_limit`) so that no OpenBLAS worker busy-waits
+    beside them. The work does not depend on ``parallel``: same seed, same bits, any core count.
+    """
+    global _helper
+    if not parallel:
+        return first(), second()
+    if _helper is None:
+        _helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mha-construct")
+    pending = _helper.submit(first)
+    out = second()
+    return pending.result(), out
+
+
+def halves(fn, n: int, parallel: bool) -> tuple:
+    """``(fn(0, n // 2), fn(n // 2, n))``: a pass over ``n`` rows in two halves (:func:`together`)."""
+    mid = n // 2
+    return together(lambda: fn(0, mid), lambda: fn(mid, n), parallel)
 
 
 def tri_solve(R: np.ndarray, rhs: np.ndarray, trans: str = "N") -> np.ndarray:

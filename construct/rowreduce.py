@@ -20,6 +20,9 @@ triangular factor ``R`` of ``Z_A^T = Q R`` (never ``Q``; ``R^T R = Z_A Z_A^T``),
   group's coordinates go through the same reflectors (``tpmqrt``), and what falls outside the
   old basis joins its residual factor. No second pass over ``Z_A``.
 - :meth:`RowSpaceFactor.commit` borders ``R`` with the staged group: ``[[R, W], [0, R_res]]``.
+- :meth:`RowSpaceFactor.advance` does the three for the next head, with the new group's
+  products ``Z_A V^T`` (which do not involve ``R``) on one core while ``tpqrt`` runs on the
+  other.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from scipy.linalg import lapack
 
 from . import precision
 from .errors import ConstructionError
-from .linalg import EPS, blas_limit, gram_solve, qr_r, tri_solve
+from .linalg import EPS, halves, qr_r, together, tri_solve
 
 # Take the one-pass (semi-normal) projection only while its relative error stays below this.
 _SEMI_NORMAL_ACCURACY = 1e-8
@@ -44,9 +47,9 @@ class RowSpaceFactor:
     ``a..stop−1``, projected on the fitted rows but not yet part of ``R``.
     """
 
-    def __init__(self, Z: np.ndarray, threads: int = 1):
+    def __init__(self, Z: np.ndarray, parallel: bool = False):
         self.Z = Z
-        self.threads = threads                     # BLAS threads for products with all fitted rows
+        self.parallel = parallel                   # products with all fitted rows in two threads
         self.a = 0
         self.f = 0
         self.R = np.zeros((0, 0), order="F")
@@ -74,10 +77,30 @@ class RowSpaceFactor:
             self._W = np.zeros((0, m), order="F")
             self._Rres = qr_r(V.T)
             return np.zeros((m, 0))
-        Z_A = self.Z[:self.a, :self.f]
         rhs = np.empty((self.a, m + 1), order="F")
-        with blas_limit(self.threads):
-            np.matmul(Z_A, V.T, out=rhs[:, :m])
+        self._fitted_times(V.T, rhs[:, :m])
+        return self._project(V, rhs)
+
+    def advance(self, f_new: int, stop: int) -> np.ndarray:
+        """:meth:`add_features` up to ``f_new``, :meth:`commit`, then :meth:`stage` up to ``stop``.
+
+        The new group's products with the rows about to be fitted, ``Z_A V^T``, do not involve
+        ``R``: with ``parallel`` they run while the helper thread updates ``R`` (``tpqrt``
+        releases the GIL), two operations of about the same size at every step.
+        """
+        a = self._stop                              # fitted once the staged group is committed
+        V = self.Z[a:stop, :f_new]
+        rhs = np.empty((a, stop - a + 1), order="F")
+        together(lambda: self.add_features(f_new),
+                 lambda: np.matmul(self.Z[:a, :f_new], V.T, out=rhs[:, :-1]), self.parallel)
+        self.commit()
+        self._stop = stop
+        return self._project(V, rhs)
+
+    def _project(self, V: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+        """The rest of :meth:`stage`, from ``rhs[:, :m] = Z_A V^T``: ``C``, and the staged
+        group's coordinates and residual factor."""
+        m = V.shape[0]
         rhs[:, m] = self._probe()
         W = tri_solve(self.R, rhs, trans="T")
         C = tri_solve(self.R, W)
@@ -95,15 +118,27 @@ class RowSpaceFactor:
         if accurate:
             Rres = sla.cholesky(G, lower=False, check_finite=False)
         else:
-            with blas_limit(self.threads):
-                ZR = Z_A @ (V - C @ Z_A).T
-            C += gram_solve(self.R, ZR).T
-            with blas_limit(self.threads):
-                residual = V - C @ Z_A
-            W = self.R @ C.T
+            ZR = np.empty((self.a, m))
+            self._fitted_times((V - self._times_fitted(C)).T, ZR)
+            dW = tri_solve(self.R, ZR, trans="T")    # the correction in coordinates: R δC^T
+            C += tri_solve(self.R, dW).T
+            W = W + dW                               # = R C^T, without a product with R
+            residual = V - self._times_fitted(C)
             Rres = qr_r(residual.T)
         self._W, self._Rres = np.asfortranarray(W), Rres
         return C
+
+    def _fitted_times(self, B: np.ndarray, out: np.ndarray) -> None:
+        """``out = Z_A B`` for ``B`` (f, k): the fitted rows in two halves (:func:`halves`)."""
+        Z_A = self.Z[:self.a, :self.f]
+        halves(lambda lo, hi: np.matmul(Z_A[lo:hi], B, out=out[lo:hi]), self.a, self.parallel)
+
+    def _times_fitted(self, C: np.ndarray) -> np.ndarray:
+        """``C Z_A`` for ``C`` (k, a), shape (k, f): the features in two halves."""
+        Z_A = self.Z[:self.a, :self.f]
+        out = np.empty((C.shape[0], self.f))
+        halves(lambda lo, hi: np.matmul(C, Z_A[:, lo:hi], out=out[:, lo:hi]), self.f, self.parallel)
+        return out
 
     def _probe(self) -> np.ndarray:
         """The inverse iteration's vector for the current ``R``: the last one, extended over the
@@ -185,16 +220,14 @@ class GramRowReduction:
             return np.zeros((stop, 0), dtype=object)
         return precision.gram_solve_rows(Z_A, Z_A @ V.T).T
 
-    def _probe(self) -> np.ndarray:
-        """The inverse iteration's vector for the current ``R``: the last one, extended over the
-        rows fitted since by a constant (a fixed start, so that builds are reproducible)."""
-        a, x = self.a, self._x
-        tail = np.full(a - x.size, 1.0 / np.sqrt(a))
-        v = np.concatenate([x, tail])
-        return v / np.linalg.norm(v)
-
     def add_features(self, f_new: int) -> None:
         self.f = max(self.f, f_new)
+
+    def advance(self, f_new: int, stop: int) -> np.ndarray:
+        """:meth:`add_features`, :meth:`commit` and :meth:`stage`, as :meth:`RowSpaceFactor.advance`."""
+        self.add_features(f_new)
+        self.commit()
+        return self.stage(stop)
 
     def commit(self) -> None:
         self.a = self._stop

@@ -1,6 +1,7 @@
 """End to end: the construction memorizes every dataset of the grid the issue names."""
 
 import itertools
+import sys
 
 import numpy as np
 import pytest
@@ -44,6 +45,18 @@ def test_same_seed_same_weights_other_seed_other_weights():
     a, b, c = (build(data, 3, seed=s).weights for s in (7, 7, 8))
     assert a.to_bytes() == b.to_bytes()
     assert a.to_bytes() != c.to_bytes()
+
+
+@pytest.mark.parametrize("kind", ["independent", "shared"])
+def test_one_core_or_two_same_weights(kind, monkeypatch):
+    """The build's two-thread split (construct.linalg.together) does not change a bit."""
+    build_module = sys.modules["construct.build"]            # the package's name `build` is the function
+    data = synthetic(kind, T=capacity(6, 6, 6), n=6, d=9, seed=2)
+    weights = []
+    for threads in (1, 2):
+        monkeypatch.setattr(build_module, "blas_threads", lambda: threads)
+        weights.append(build(data, 6, seed=1, precision="float64").weights)
+    assert weights[0].to_bytes() == weights[1].to_bytes()
 
 
 @pytest.mark.parametrize("scale", ["rank", "saturating", "explicit"])

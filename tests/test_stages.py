@@ -28,21 +28,24 @@ def test_explicit_scale_meets_its_condition(seed):
         assert args["C_norm"] * np.sqrt(ell_inf.size) * args["rho"] * lemma4 > 0.5 * sigma
 
 
-@given(seeds, st.lists(st.integers(1, 5), min_size=1, max_size=6), st.booleans())
-def test_incremental_factor_matches_direct_projection(seed, sizes, ill):
+@given(seeds, st.lists(st.integers(1, 5), min_size=1, max_size=6), st.booleans(), st.booleans())
+def test_incremental_factor_matches_direct_projection(seed, sizes, ill, parallel):
     rng = np.random.default_rng(seed)
     T, F = sum(sizes), 6 * len(sizes) + 6
     Z = rng.standard_normal((T, F))
     if ill:
         Z = Z @ np.diag(np.logspace(0, -6, F))
-    factor = RowSpaceFactor(Z)
+    factor = RowSpaceFactor(Z, parallel)
     stop = sizes[0]
     factor.stage(stop)
     for i, m in enumerate(sizes[1:], start=1):
         f = 6 * i
-        factor.add_features(f)
-        factor.commit()
-        C = factor.stage(stop + m)
+        if i % 2:                                   # in one step, or the three steps it stands for
+            C = factor.advance(f, stop + m)
+        else:
+            factor.add_features(f)
+            factor.commit()
+            C = factor.stage(stop + m)
         expected = Z[stop:stop + m, :f] @ np.linalg.pinv(Z[:stop, :f])
         assert np.allclose(C, expected, atol=1e-7 * max(1, np.abs(expected).max()))
         stop += m
@@ -50,6 +53,26 @@ def test_incremental_factor_matches_direct_projection(seed, sizes, ill):
     factor.commit()
     G = Z @ Z.T
     assert np.allclose(factor.R.T @ factor.R, G, atol=1e-10 * np.abs(G).max())
+
+
+@given(seeds, st.floats(2, 6), st.floats(8, 10))
+def test_corrected_projection_of_nearly_dependent_rows(seed, decades, closeness):
+    """New rows within 10^-closeness of the fitted rows' span: the residual's Gram matrix cancels,
+    so the factor takes the corrected semi-normal equations. C is the projection, and the staged
+    coordinates are R C^T (what the bordering of R needs)."""
+    rng = np.random.default_rng(seed)
+    a, m, f = 24, 4, 60
+    U, _ = np.linalg.qr(rng.standard_normal((a, a)))
+    Vh, _ = np.linalg.qr(rng.standard_normal((f, a)))
+    Z_A = U @ np.diag(np.logspace(0, -decades, a)) @ Vh.T
+    V = rng.standard_normal((m, a)) @ Z_A + 10.0**-closeness * rng.standard_normal((m, f))
+    factor = RowSpaceFactor(np.vstack([Z_A, V]))
+    factor.stage(a)
+    C = factor.advance(f, a + m)
+    expected = V @ np.linalg.pinv(Z_A)
+    assert np.allclose(C, expected, atol=1e-8 * np.abs(expected).max())
+    W = factor._W
+    assert np.allclose(W, factor.R @ C.T, atol=1e-13 * np.abs(W).max())
 
 
 @given(seeds, st.lists(st.integers(1, 5), min_size=2, max_size=6), st.floats(0, 8))
