@@ -486,10 +486,11 @@ def _build_at(data: Dataset, *, heads: int, head_dim: int | None, value_dim: int
 
     clock = time.perf_counter()
     with prec.working():
-        factor.add_features(H * d)                                   # the factor now covers all of Z
-        factor.commit()
-        R = getattr(factor, "R", None)
-        B = min_norm_solve(Z, R, readout_target(data_p.Y, data_p.X, skip))
+        with blas_limit(1):              # as the heads: the weights' bits do not depend on the core count
+            factor.add_features(H * d)                               # the factor now covers all of Z
+            factor.commit()
+            R = getattr(factor, "R", None)
+            B = min_norm_solve(Z, R, readout_target(data_p.Y, data_p.X, skip))
         W_V, W_O, W_D = readout_weights(B, H, d, d_v)
         # The weights are numbers of exactly prec.bits bits: what the file stores and what verify
         # and certify evaluate.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 import scipy
@@ -112,6 +112,7 @@ def together(first, second, parallel: bool) -> tuple:
     that scipy wraps as thread-safe (``tpqrt``), release the GIL, so two of them take two
     cores, with BLAS on one thread (:func:`blas_limit`) so that no OpenBLAS worker busy-waits
     beside them. The work does not depend on ``parallel``: same seed, same bits, any core count.
+    There is one helper thread, so ``first`` must not call :func:`together` itself.
     """
     global _helper
     if not parallel:
@@ -119,7 +120,10 @@ def together(first, second, parallel: bool) -> tuple:
     if _helper is None:
         _helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mha-construct")
     pending = _helper.submit(first)
-    out = second()
+    try:
+        out = second()
+    finally:                                        # never leave the helper writing after an error
+        wait([pending])
     return pending.result(), out
 
 

@@ -5,6 +5,7 @@ import sys
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
 
 from construct import CapacityError, InputError, build, capacity, synthetic, verify
 from construct.model import feature_matrix, forward
@@ -49,13 +50,15 @@ def test_same_seed_same_weights_other_seed_other_weights():
 
 @pytest.mark.parametrize("kind", ["independent", "shared"])
 def test_one_core_or_two_same_weights(kind, monkeypatch):
-    """The build's two-thread split (construct.linalg.together) does not change a bit."""
+    """Neither the build's own two-thread split (construct.linalg.together) nor BLAS's thread
+    count changes a bit of the weights."""
     build_module = sys.modules["construct.build"]            # the package's name `build` is the function
-    data = synthetic(kind, T=capacity(6, 6, 6), n=6, d=9, seed=2)
+    data = synthetic(kind, T=capacity(12, 8, 8), n=8, d=12, seed=2)
     weights = []
     for threads in (1, 2):
         monkeypatch.setattr(build_module, "blas_threads", lambda: threads)
-        weights.append(build(data, 6, seed=1, precision="float64").weights)
+        with threadpool_limits(threads, user_api="blas"):
+            weights.append(build(data, 12, seed=1, precision="float64").weights)
     assert weights[0].to_bytes() == weights[1].to_bytes()
 
 
