@@ -105,6 +105,15 @@ def scipy_threads(threads: int):
 _helper: ThreadPoolExecutor | None = None
 
 
+def _forget_helper() -> None:
+    global _helper
+    _helper = None                                  # a forked child has no helper thread: make a new one
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_helper)
+
+
 def together(first, second, parallel: bool) -> tuple:
     """``(first(), second())``, the first on a helper thread when ``parallel``.
 
