@@ -313,8 +313,9 @@ def _construct_heads(data: Dataset, groups: list[range], H: int, d_h: int, seed:
             W_K[h, :, m], W_Q[h, :, m] = c * sep.a, sep.b
             features(h)
             Z_h = Z[:, cols]
-            measured = spectral_norm(C @ (Z_bar - Z_h[:a]))
-            sigma_N = float(numerical_rank(Z_h[S.start:S.stop] - C @ Z_h[:a])[1][-1])
+            CZ = C @ Z_h[:a]                                         # C Z''_A; F = C Z̄_A
+            measured = spectral_norm(F - CZ)
+            sigma_N = float(numerical_rank(Z_h[S.start:S.stop] - CZ)[1][-1])
             bound = rank_perturbation_bound(C_norm, rho, ell_inf, delta, c, n)
             delta_min, ell_max = float(delta.min()), float(ell_inf.max())
 
