@@ -16,7 +16,7 @@ from .assumptions import a2_violations
 from .claim1 import claim1_factors, interior_targets
 from .data import Dataset
 from .errors import CapacityError, ConstructionError, InputError
-from .linalg import blas_limit, blas_threads, halves, numerical_rank, spectral_norm
+from .linalg import blas_limit, blas_threads, halves, numerical_rank, scipy_threads, spectral_norm
 from .model import Weights, feature_matrix, forward, head_features, head_logits, param_count, softmax
 from .partition import partition
 from .readout import min_norm_solve, readout_target, readout_weights
@@ -467,17 +467,21 @@ def _build_at(data: Dataset, *, heads: int, head_dim: int | None, value_dim: int
     H = int(heads)
     if scale not in SCALES:
         raise InputError([f"scale must be one of {', '.join(SCALES)}, got {scale!r}"], what="invalid option")
-    k = validate(data, H, d_h, d_v)
-    T, n, d = data.T, data.n, data.d
-    timings["validate"] = time.perf_counter() - clock
+    threads = blas_threads()
+    # Up to the readout BLAS runs on one thread (many small operations, and no OpenBLAS worker
+    # left busy-waiting beside the construction's own two threads: construct.linalg.blas_limit).
+    with blas_limit(1):
+        k = validate(data, H, d_h, d_v)
+        T, n, d = data.T, data.n, data.d
+        timings["validate"] = time.perf_counter() - clock
+
+        clock = time.perf_counter()
+        groups = partition(data.X, k)
+        timings["partition"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
-    groups = partition(data.X, k)
-    timings["partition"] = time.perf_counter() - clock
-
-    clock = time.perf_counter()
-    parallel = blas_threads() > 1
-    with blas_limit(1):                  # many small operations: see construct.linalg.blas_limit
+    parallel = threads > 1
+    with blas_limit(1):
         traces: list[HeadTrace] | None = [] if trace else None
         with prec.working():
             data_p = Dataset(prec.asarray(data.E), prec.asarray(data.X), prec.asarray(data.Y))
@@ -505,7 +509,8 @@ def _build_at(data: Dataset, *, heads: int, head_dim: int | None, value_dim: int
         # the outputs go through the model's readout.
         if not prec.is_float64:
             Z = feature_matrix(data_p.E, data_p.X, weights)
-        verification = check(Z, R, weights, data_p, tol)
+        with scipy_threads(threads):                                 # as verify: one BLAS pool at work
+            verification = check(Z, R, weights, data_p, tol)
     timings["verify"] = time.perf_counter() - clock
     result = BuildResult(weights=weights, data=data, k=k, capacity=capacity(H, n, d_h), heads=evidence,
                          verification=verification, seed=seed, timings=timings, trace=traces or [],

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import precision
 from .data import Dataset
-from .linalg import numerical_rank, rank_tol, row_factor, triangular_extremes
+from .linalg import blas_threads, numerical_rank, rank_tol, row_factor, scipy_threads, triangular_extremes
 from .model import Weights, check_compatible, feature_matrix, forward, output_from_features
 
 DEFAULT_TOL = 1e-8
@@ -86,11 +86,12 @@ def verify(weights: Weights, data: Dataset, tol: float = DEFAULT_TOL) -> Verific
     """
     check_compatible(weights, data.d, data.d_o)
     if weights.bits is None:
-        Z = feature_matrix(data.E, data.X, weights)
-        if Z.shape[1] < Z.shape[0]:
-            return check(Z, None, weights, data, tol)
-        R, extremes = row_factor(Z)
-        return check(Z, R, weights, data, tol, extremes)
+        with scipy_threads(blas_threads()):         # numpy's pool stays idle: see scipy_threads
+            Z = feature_matrix(data.E, data.X, weights)
+            if Z.shape[1] < Z.shape[0]:
+                return check(Z, None, weights, data, tol)
+            R, extremes = row_factor(Z)
+            return check(Z, R, weights, data, tol, extremes)
     prec = precision.Precision(weights.bits)
     with prec.working():                            # evaluate at the weights' own precision
         data_p = Dataset(prec.asarray(data.E), prec.asarray(data.X), prec.asarray(data.Y))
