@@ -436,8 +436,7 @@ def _errors_at(weights: Weights, data: Dataset, bits: int) -> tuple[float, float
     out64 = forward(data.E, data.X, weights)
     prec = Precision(bits)
     with prec.working():
-        w = Weights(**{k: prec.asarray(getattr(weights, k)) for k in ("W_K", "W_Q", "W_V", "W_O", "W_D")},
-                    skip=weights.skip, bits=bits)
+        w = weights.map(prec.asarray, bits=bits)
         out = forward(prec.asarray(data.E), prec.asarray(data.X), w)
         return (float(np.abs(out - prec.asarray(data.Y)).max()),
                 float(np.abs(prec.asarray(out64) - out).max()))

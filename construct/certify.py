@@ -35,7 +35,7 @@ from . import enclose, precision
 from .data import Dataset
 from .errors import InputError
 from .io import sha256
-from .model import Weights, check_compatible
+from .model import Weights, check_compatible, output_from_features
 from .verify import DEFAULT_TOL
 
 FORMAT = "mha-construct certificate 1"
@@ -78,12 +78,12 @@ def _abs_upper(A: np.ndarray) -> np.ndarray:
     return np.frompyfunc(f, 1, 1)(A).astype(np.float64)
 
 
-def _features(E: np.ndarray, X: np.ndarray, weights_iv: dict) -> np.ndarray:
+def _features(E: np.ndarray, X: np.ndarray, weights_iv: Weights) -> np.ndarray:
     """Enclosure of ``Z`` (T, H·d): every head's ``E^T softmax(E W_K W_Q^T x)``."""
     T, n, d = E.shape
     blocks = []
-    for h in range(weights_iv["W_K"].shape[0]):
-        w = (X @ weights_iv["W_Q"][h]) @ weights_iv["W_K"][h].T          # (T, d): W_K W_Q^T x
+    for h in range(weights_iv.H):
+        w = (X @ weights_iv.W_Q[h]) @ weights_iv.W_K[h].T                # (T, d): W_K W_Q^T x
         logits = np.einsum("tnd,td->tn", E, w)
         # Shift by a point value (the midpoint of the first logit): exact, and keeps exp in range.
         shift = np.array([[mpmath.iv.mpf(mpmath.mpf(row[0].mid))] for row in logits], dtype=object)
@@ -165,12 +165,10 @@ def certify(weights: Weights, data: Dataset, *, tol: float = DEFAULT_TOL, bits: 
                       memorization={"proven": False, "reason": reason})
         return Certificate(claims, False)
     with _iv_precision(bits), mpmath.mp.workprec(bits):
-        w = {k: _iv(getattr(weights, k)) for k in ("W_K", "W_Q", "W_V", "W_O", "W_D")}
+        w = weights.map(_iv)
         E, X, Y = _iv(data.E), _iv(data.X), _iv(data.Y)
         Z = _features(E, X, w)
-        values = np.einsum("thd,hdv->thv", Z.reshape(T, weights.H, d), w["W_V"]).reshape(T, -1)
-        o = values @ w["W_O"]
-        out = (o + X if weights.skip else o) @ w["W_D"]
+        out = output_from_features(Z, X, w)                     # the model's own readout, on intervals
         error_bound = float(_abs_upper(out - Y).max())
         claims["memorization"] = {
             "max_abs_error_bound": error_bound, "allowed": allowed, "proven": error_bound <= allowed,

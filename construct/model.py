@@ -84,6 +84,11 @@ class Weights:
             out["bits"] = np.asarray(self.bits)
         return out
 
+    def map(self, fn, bits: int | None = None) -> Weights:
+        """The same model with ``fn`` applied to each matrix: the weights in another arithmetic
+        (float32, ``bits``-bit mpmath numbers, intervals)."""
+        return Weights(**{name: fn(getattr(self, name)) for name in _MATRICES}, skip=self.skip, bits=bits)
+
     def to_bytes(self) -> bytes:
         """The weights as a reproducible ``.npz`` file's bytes."""
         return npz_bytes(self.arrays())

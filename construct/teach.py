@@ -243,7 +243,7 @@ def teach(heads: int = 3, context: int = 3, dim: int = 4, *, seed: int = 0, shar
     # The saturating scale rule: every later head visibly freezes the earlier examples, as in the
     # proof (the default rule keeps only what the rank needs, often without saturation).
     result = build(data, heads, seed=seed, trace=True, precision="float64", scale="saturating")
-    T, n, d, k = data.T, data.n, data.d, result.k
+    T, d, k = data.T, data.d, result.k
     W = result.weights
     Z = feature_matrix(data.E, data.X, W)
     exact = (lambda a: _exact(a)) if rational else None
@@ -315,8 +315,8 @@ def _head1_step(data: Dataset, result: BuildResult, Z: np.ndarray, figure: str, 
 
 
 def _later_head_step(h: int, data: Dataset, result: BuildResult, ranks: list[int], figure: str, exact) -> Step:
-    tr, ev, W = result.trace[h], result.heads[h], result.weights
-    S, d = tr.examples, data.d
+    tr, ev = result.trace[h], result.heads[h]
+    S = tr.examples
     X_S = data.X[S.start:S.stop]
     lines = [f"New group G_{h + 1} = {list(S)}; earlier examples A = 0..{S.start - 1}.",
              f"Lemma 3: b ⊥ span X_S (max |X_S b| = {np.abs(X_S @ tr.b).max():.2g}), a random; on every "

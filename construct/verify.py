@@ -104,8 +104,7 @@ def float32_error(weights: Weights, data: Dataset) -> dict:
     Returns:
         ``{"max_abs_error": ..., "tol": FLOAT32_TOL · max(1, max|Y|), "survives": bool}``.
     """
-    w32 = Weights(**{k: precision.to_float(getattr(weights, k)).astype(np.float32)
-                     for k in ("W_K", "W_Q", "W_V", "W_O", "W_D")}, skip=weights.skip)
+    w32 = weights.map(lambda a: precision.to_float(a).astype(np.float32))
     with np.errstate(over="ignore", invalid="ignore"):
         out = forward(data.E.astype(np.float32), data.X.astype(np.float32), w32).astype(np.float64)
     err = float(np.abs(out - data.Y).max()) if np.all(np.isfinite(out)) else float("inf")
