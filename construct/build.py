@@ -467,9 +467,10 @@ def _build_at(data: Dataset, *, heads: int, head_dim: int | None, value_dim: int
     if scale not in SCALES:
         raise InputError([f"scale must be one of {', '.join(SCALES)}, got {scale!r}"], what="invalid option")
     threads = blas_threads()
-    # Up to the readout BLAS runs on one thread (many small operations, and no OpenBLAS worker
-    # left busy-waiting beside the construction's own two threads: construct.linalg.blas_limit).
-    with blas_limit(1):
+    # Up to the readout BLAS runs on one thread: many small operations, no OpenBLAS worker left
+    # busy-waiting beside the construction's own two threads (construct.linalg.blas_limit), and
+    # weights whose bits do not depend on the core count.
+    with blas_limit(1), prec.working():
         k = validate(data, H, d_h, d_v)
         T, n, d = data.T, data.n, data.d
         timings["validate"] = time.perf_counter() - clock
@@ -478,23 +479,18 @@ def _build_at(data: Dataset, *, heads: int, head_dim: int | None, value_dim: int
         groups = partition(data.X, k)
         timings["partition"] = time.perf_counter() - clock
 
-    clock = time.perf_counter()
-    parallel = threads > 1
-    with blas_limit(1):
+        clock = time.perf_counter()
         traces: list[HeadTrace] | None = [] if trace else None
-        with prec.working():
-            data_p = Dataset(prec.asarray(data.E), prec.asarray(data.X), prec.asarray(data.Y))
-            W_K, W_Q, Z, factor, evidence = _construct_heads(data_p, groups, H, d_h, seed, scale, progress,
-                                                             parallel, traces, prec)
-    timings["heads"] = time.perf_counter() - clock
+        data_p = Dataset(prec.asarray(data.E), prec.asarray(data.X), prec.asarray(data.Y))
+        W_K, W_Q, Z, factor, evidence = _construct_heads(data_p, groups, H, d_h, seed, scale, progress,
+                                                         threads > 1, traces, prec)
+        timings["heads"] = time.perf_counter() - clock
 
-    clock = time.perf_counter()
-    with prec.working():
-        with blas_limit(1):              # as the heads: the weights' bits do not depend on the core count
-            factor.add_features(H * d)                               # the factor now covers all of Z
-            factor.commit()
-            R = getattr(factor, "R", None)
-            B = min_norm_solve(Z, R, readout_target(data_p.Y, data_p.X, skip))
+        clock = time.perf_counter()
+        factor.add_features(H * d)                                   # the factor now covers all of Z
+        factor.commit()
+        R = getattr(factor, "R", None)
+        B = min_norm_solve(Z, R, readout_target(data_p.Y, data_p.X, skip))
         W_V, W_O, W_D = readout_weights(B, H, d, d_v)
         # The weights are numbers of exactly prec.bits bits: what the file stores and what verify
         # and certify evaluate.
@@ -502,14 +498,14 @@ def _build_at(data: Dataset, *, heads: int, head_dim: int | None, value_dim: int
         weights = Weights(W_K=W_K, W_Q=W_Q, W_V=W_V, W_O=W_O, W_D=W_D, skip=bool(skip), bits=prec.bits)
         timings["readout"] = time.perf_counter() - clock
 
-        clock = time.perf_counter()
+    clock = time.perf_counter()
+    with prec.working(), scipy_threads(threads):                     # as verify: one BLAS pool at work
         # Z was computed head by head with the forward pass's own function on these very W_K, W_Q,
         # so it is the forward pass's Z (at high precision, recomputed from the rounded weights);
         # the outputs go through the model's readout.
         if not prec.is_float64:
             Z = feature_matrix(data_p.E, data_p.X, weights)
-        with scipy_threads(threads):                                 # as verify: one BLAS pool at work
-            verification = check(Z, R, weights, data_p, tol)
+        verification = check(Z, R, weights, data_p, tol)
     timings["verify"] = time.perf_counter() - clock
     result = BuildResult(weights=weights, data=data, k=k, capacity=capacity(H, n, d_h), heads=evidence,
                          verification=verification, seed=seed, timings=timings, trace=traces or [],
