@@ -14,10 +14,11 @@ import numpy as np
 
 from .assumptions import a2_violations
 from .claim1 import claim1_factors, interior_targets
-from .data import Dataset
+from .data import Dataset, as_dataset, checked
 from .errors import CapacityError, ConstructionError, InputError
+from .limits import integer, require_memory, tolerance
 from .linalg import blas_limit, blas_threads, halves, numerical_rank, scipy_threads, spectral_norm
-from .model import Weights, feature_matrix, forward, head_features, head_logits, param_count, softmax
+from .model import Weights, feature_matrix, forward, head_features, head_logits, param_count, sealed, softmax
 from .partition import partition
 from .readout import min_norm_solve, readout_target, readout_weights
 from . import precision as precision_mod
@@ -25,7 +26,7 @@ from .precision import FLOAT64, Precision, bits_needed
 from .rowreduce import GramRowReduction, RowSpaceFactor
 from .saturation import MARGIN, explicit_scale, perturbation_at, rank_perturbation_bound, smallest_scale
 from .separator import rank_one_separator
-from .verify import DEFAULT_TOL, Verification, check
+from .verify import DEFAULT_TOL, Verification, check, verify
 
 # Fresh random draws (targets, separator) before a numerical failure is reported; each draw
 # succeeds almost surely, so a repeated failure means the data is (numerically) degenerate.
@@ -375,12 +376,100 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
         InputError, CapacityError: the request fails a hypothesis (every problem listed).
         ConstructionError: a numerical step failed, or the final verification did not pass.
     """
+    data = checked(data)
+    H = integer(heads, "heads")
+    d_h = data.n if head_dim is None else integer(head_dim, "head_dim")
+    d_v = data.d_o if value_dim is None else integer(value_dim, "value_dim")
+    seed = integer(seed, "seed", 0)
+    tol = tolerance(tol)
+    if scale not in SCALES:
+        raise InputError(f"scale must be one of {', '.join(SCALES)}, got {scale!r}", what="invalid option")
     try:
-        chosen = precision_mod.parse(precision) if isinstance(precision, str) else precision
+        chosen = precision_mod.parse(precision)
     except ValueError as exc:
-        raise InputError([str(exc)], what="invalid option") from None
-    args = dict(heads=heads, head_dim=head_dim, value_dim=value_dim, skip=skip, seed=seed, tol=tol,
-                scale=scale, progress=progress, trace=trace)
+        raise InputError(str(exc), what="invalid option") from None
+    require_memory(memory_estimate(data, H, d_h, d_v),
+                   f"a build of T = {data.T} examples (n = {data.n}, d = {data.d}) with H = {H} heads")
+    args = dict(heads=H, head_dim=d_h, value_dim=d_v, skip=bool(skip), seed=seed, tol=tol, scale=scale,
+                progress=progress, trace=trace)
+    exponents = scaling_exponents(data, bool(skip))
+    if exponents is not None:
+        return _build_scaled(data, exponents, chosen, args)
+    return _build(data, chosen, args)
+
+
+def memory_estimate(data: Dataset, H: int, d_h: int, d_v: int) -> int:
+    """Bytes a float64 build holds at its peak, about: ``Z`` and its copy in the final check,
+    three ``T × T`` triangular factors (old, bordered, checked), the data three times over, and
+    the weights."""
+    T, n, d = data.T, data.n, data.d
+    return 8 * (2 * T * H * d + 3 * T * T + 3 * T * (n * d + d + data.d_o) + H * d * (2 * d_h + d_v))
+
+
+# Data whose largest magnitude lies outside [2^-SCALE_WINDOW, 2^SCALE_WINDOW] is built at unit
+# scale (see scaling_exponents); inside it, the build runs on the data as given.
+SCALE_WINDOW = 64
+
+
+def scaling_exponents(data: Dataset, skip: bool) -> tuple[int, int, int] | None:
+    """Powers of two ``(e_E, e_X, e_Y)`` that bring ``E``, ``X`` and the readout's target to unit
+    scale, or None when the data is within :data:`SCALE_WINDOW` and is built as given.
+
+    The model is scale-invariant up to its weights: with ``E = 2^e_E E'``, ``X = 2^e_X X'`` and
+    targets ``2^e_Y Y'``, weights that memorize ``(E', X', Y')`` memorize the data once
+    ``W_K ← 2^-e_E W_K``, ``W_Q ← 2^-e_X W_Q``, ``W_V ← 2^(e_Y − e_E) W_V``; scaling by powers of
+    two is exact in floating point.
+    """
+    def exponent(a: np.ndarray) -> int:
+        top = float(np.abs(a).max())
+        return int(np.frexp(top)[1]) if top > 0 else 0
+
+    e_E, e_X = exponent(data.E), exponent(data.X)
+    target = np.abs(data.Y).max(axis=0)
+    if skip:
+        target = np.maximum(target, np.abs(data.X[:, :data.d_o]).max(axis=0))
+    e_Y = exponent(target)
+    if abs(e_E) <= SCALE_WINDOW and abs(e_X) <= SCALE_WINDOW and e_Y <= SCALE_WINDOW:
+        return None
+    return e_E, e_X, max(e_Y, 0)
+
+
+def _build_scaled(data: Dataset, exponents: tuple[int, int, int], chosen, args: dict) -> BuildResult:
+    """:func:`build` on data at unit scale (:func:`scaling_exponents`), the weights scaled back
+    and checked by the forward pass on the data as given.
+
+    Raises:
+        InputError: weights at the data's scale are beyond float64's range, or do not reproduce
+            the labels there although they do at unit scale.
+    """
+    e_E, e_X, e_Y = exponents
+    X_o = data.X[:, :data.d_o]
+    target = np.ldexp(data.Y, -e_Y) - (np.ldexp(X_o, -e_Y) if args["skip"] else 0.0)
+    unit = as_dataset(np.ldexp(data.E, -e_E), np.ldexp(data.X, -e_X), target)
+    result = _build(unit, chosen, {**args, "skip": False})
+    w = result.weights
+    weights = sealed(precision_mod.ldexp(w.W_K, -e_E), precision_mod.ldexp(w.W_Q, -e_X),
+                     precision_mod.ldexp(w.W_V, e_Y - e_E), w.W_O.copy(), w.W_D.copy(),
+                     skip=args["skip"], bits=w.bits)
+    scales = (f"max |E| ≈ 2^{e_E}, max |X| ≈ 2^{e_X}, targets up to 2^{e_Y}")
+    if not all(np.isfinite(precision_mod.to_float(getattr(weights, m))).all() for m in ("W_K", "W_Q", "W_V")):
+        raise InputError(f"the data's scale ({scales}) puts the weights that memorize it beyond float64's "
+                         "range; rescale E, X or Y towards 1", what="data out of range")
+    check = verify(weights, data, args["tol"])
+    if not check.passed:
+        raise InputError(f"the weights memorize the data at unit scale, but not at its own scale ({scales}): "
+                         f"there rank Z = {check.rank_Z} of T = {check.T}, max |f − y| = "
+                         f"{check.max_abs_error:.3g} (allowed {check.tol:.3g}), because float64 overflows or "
+                         "underflows; rescale E, X or Y towards 1", what="data out of range")
+    result.weights, result.data, result.verification = weights, data, check
+    result.precision_reason += (f"; built at unit scale (E, X, targets divided by 2^{e_E}, 2^{e_X}, 2^{e_Y}) "
+                                "and the weights scaled back exactly")
+    return result
+
+
+def _build(data: Dataset, chosen, args: dict) -> BuildResult:
+    """:func:`build` on checked arguments: the precision policy around :func:`_build_at`."""
+    heads = args["heads"]
     if chosen != "auto":
         result = _build_at(data, prec=chosen, why="requested", **args)
         if chosen.is_float64 and rounding_ratio(result) > 1:
@@ -388,7 +477,7 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
                                         "the rank: the float64 check passed, certify before relying on it")
         return result
     result = None
-    small = mp_cost(data, int(heads)) <= MP_BUDGET
+    small = mp_cost(data, heads) <= MP_BUDGET
     try:
         result = _build_at(data, prec=FLOAT64, why="auto: float64 holds the construction", **args)
         ratio = rounding_ratio(result)
@@ -417,6 +506,9 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
         feature_rounding, condition = 1.0, float("inf")
         why = f"auto: float64 failed ({str(exc).split(';')[0]})"
     bits = bits_needed(feature_rounding, condition)
+    if bits > precision_mod.MAX_BITS:
+        raise ConstructionError(f"{why}; the prediction asks for {bits} bits, beyond the most this engine "
+                                f"uses ({precision_mod.MAX_BITS}): the data is too close to degenerate")
     if not small and result is not None:
         result.precision_reason = (f"{why}; the mpmath path ({bits} bits) is beyond its budget for this size, "
                                    "so these are the float64 weights: certify before relying on them")
@@ -461,11 +553,7 @@ def _build_at(data: Dataset, *, heads: int, head_dim: int | None, value_dim: int
     """:func:`build` at one precision."""
     clock = time.perf_counter()
     timings: dict[str, float] = {}
-    d_h = data.n if head_dim is None else int(head_dim)
-    d_v = data.d_o if value_dim is None else int(value_dim)
-    H = int(heads)
-    if scale not in SCALES:
-        raise InputError([f"scale must be one of {', '.join(SCALES)}, got {scale!r}"], what="invalid option")
+    d_h, d_v, H = head_dim, value_dim, heads
     threads = blas_threads()
     # Up to the readout BLAS runs on one thread: many small operations, no OpenBLAS worker left
     # busy-waiting beside the construction's own two threads (construct.linalg.blas_limit), and
@@ -495,7 +583,7 @@ def _build_at(data: Dataset, *, heads: int, head_dim: int | None, value_dim: int
         # The weights are numbers of exactly prec.bits bits: what the file stores and what verify
         # and certify evaluate.
         W_K, W_Q, W_V, W_O, W_D = (prec.rounded(A) for A in (W_K, W_Q, W_V, W_O, W_D))
-        weights = Weights(W_K=W_K, W_Q=W_Q, W_V=W_V, W_O=W_O, W_D=W_D, skip=bool(skip), bits=prec.bits)
+        weights = sealed(W_K, W_Q, W_V, W_O, W_D, skip=skip, bits=prec.bits)
         timings["readout"] = time.perf_counter() - clock
 
     clock = time.perf_counter()

@@ -25,20 +25,25 @@ recorded as not proven, with the reason.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 from dataclasses import dataclass
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 import mpmath
 import numpy as np
+import scipy.linalg as sla
 
 from . import enclose, precision
-from .data import Dataset
+from .data import Dataset, checked
 from .errors import InputError
 from .io import sha256
-from .model import Weights, check_compatible, output_from_features
+from .limits import integer, tolerance
+from .model import Weights, check_compatible, checked_weights, output_from_features
 from .verify import DEFAULT_TOL
 
-FORMAT = "mha-construct certificate 1"
+FORMAT = "mha-construct certificate"
+VERSION = 2
 # Largest number of interval operations certify takes on, T·H·d·(n + T) (forward pass and
 # I − ZX): about 20 s of Python at 100-200 bits.
 INTERVAL_BUDGET = 1_000_000
@@ -98,8 +103,9 @@ class Certificate:
     """The proven claims about ``weights`` on ``data`` (see the module docstring).
 
     Attributes:
-        claims: JSON-ready dict (written as ``certificate.json``).
-        passed: rank Z = T proven and ``max |f − y| ≤ tol`` proven.
+        claims: JSON-ready dict (written as ``certificate.json``); see :data:`SCHEMA`.
+        passed: rank Z = T proven and ``max |f − y| ≤ tol`` proven (and zero misclassified, for
+            one-hot labels).
     """
 
     claims: dict
@@ -107,167 +113,261 @@ class Certificate:
 
 
 METHODS = ("auto", "float64", "interval")
+# What each method is, for people (a certificate records only the method's name).
+METHOD_DESCRIPTIONS = {
+    "float64": "rigorous float64 enclosures of the exact model (IEEE-754 round-to-nearest, classical "
+               "error bounds, exp by a bounded polynomial)",
+    "interval": "interval arithmetic on the exact stored weights and data (mpmath.iv, outward rounding, "
+                "exp included)",
+}
+
+# What --check does with each field of a certificate: "exact" fields must equal the recomputed
+# value; "upper" bounds may be no smaller than the recomputed bound, "lower" bounds no larger
+# (a weaker true bound is still true); "text" is rendered again from the certificate's own
+# numbers and must match. Each entry: (rule, JSON types allowed). No other field may appear.
+_NUM, _INT, _NONE = (int, float), (int,), (type(None),)
+SCHEMA = {
+    "format": ("exact", (str,)), "version": ("exact", _INT),
+    "weights_sha256": ("exact", (str,)), "data_sha256": ("exact", (str,)),
+    "T": ("exact", _INT), "n": ("exact", _INT), "d": ("exact", _INT), "d_o": ("exact", _INT),
+    "H": ("exact", _INT), "weights_bits": ("exact", _INT), "method": ("exact", (str,)),
+    "interval_bits": ("exact", _INT), "tol": ("exact", _NUM), "allowed": ("exact", _NUM),
+}
+CLAIM_SCHEMA = {
+    "proven": ("exact", (bool,)), "claim": ("text", (str,)), "reason": ("text", (str,)),
+    "max_abs_error_bound": ("upper", _NUM + _NONE), "residual_inf_norm_bound": ("upper", _NUM + _NONE),
+    "sigma_min_lower_bound": ("lower", _NUM), "classes": ("exact", _INT),
+    "margin_lower_bound": ("lower", _NUM), "misclassified_upper_bound": ("upper", _INT),
+}
+CLAIMS = ("rank", "memorization", "classification")
+# A certificate file larger than this is not read (one is about 1 KB).
+MAX_CERTIFICATE_BYTES = 1 << 20
+
+
+def default_bits(weights: Weights) -> int:
+    """The interval precision certify uses for ``weights``: their own bits (53 for float64) plus
+    :data:`EXTRA_BITS`; also the most it accepts."""
+    return (weights.bits or 53) + EXTRA_BITS
 
 
 def certify(weights: Weights, data: Dataset, *, tol: float = DEFAULT_TOL, bits: int | None = None,
-            method: str = "auto", weights_sha256: str | None = None,
-            data_sha256: str | None = None) -> Certificate:
+            method: str = "auto") -> Certificate:
     """Prove what ``weights`` do on ``data``, for the exact model.
 
     Args:
         weights, data: the model and the dataset (weights at any precision).
         tol: the memorization claim is ``max |f − y| ≤ tol · max(1, max|Y|)``.
-        bits: precision of the interval arithmetic (default: the weights' bits, or 53, plus 32).
+        bits: precision of the interval arithmetic, from 53 to :func:`default_bits` (the default).
         method: ``"float64"``: rigorous float64 enclosures (:mod:`construct.enclose`), for float64
             weights of any size; ``"interval"``: mpmath interval arithmetic, for weights at any
             precision within :data:`INTERVAL_BUDGET`; ``"auto"``: float64 for float64 weights,
             then, if a claim remains unproven and the problem is within the budget, interval.
 
+    The certificate names the files by the sha256 of their canonical form (the validated arrays
+    as :meth:`Weights.to_bytes` and :meth:`Dataset.to_bytes` write them), so it does not depend
+    on how a file was saved; for files that ``build`` wrote, that is the file's own sha256.
+
     Raises:
-        InputError: the weights do not fit the data, or an unknown method.
+        InputError: the weights do not fit the data, an unknown method, or a bad ``tol``/``bits``.
     """
+    weights, data, tol = checked_weights(weights), checked(data), tolerance(tol)
     check_compatible(weights, data.d, data.d_o)
     if method not in METHODS:
-        raise InputError([f"method must be one of {', '.join(METHODS)}, got {method!r}"], what="invalid option")
+        raise InputError(f"method must be one of {', '.join(METHODS)}, got {method!r}", what="invalid option")
+    top = default_bits(weights)
+    bits = top if bits is None else integer(bits, "bits", 53)
+    if bits > top:
+        raise InputError(f"interval precision {bits} bits exceeds what certify uses for these weights "
+                         f"({top} bits)", what="invalid option")
+    T, n, d = data.E.shape
     if method == "auto":                  # fast and rigorous first; tighter where affordable
-        args = dict(tol=tol, bits=bits, weights_sha256=weights_sha256, data_sha256=data_sha256)
         if weights.bits is None:
-            fast = certify(weights, data, method="float64", **args)
-            T, n, d = data.E.shape
+            fast = certify(weights, data, tol=tol, method="float64")
             if fast.passed or T * weights.H * d * (n + T) > INTERVAL_BUDGET:
                 return fast
-        return certify(weights, data, method="interval", **args)
+        return certify(weights, data, tol=tol, bits=bits, method="interval")
     if method == "float64" and weights.bits is not None:
-        raise InputError(["the float64 method certifies float64 weights; these have "
-                          f"{weights.bits} bits: use the interval method"], what="invalid option")
-    T, n, d = data.E.shape
-    bits = bits or (weights.bits or 53) + EXTRA_BITS
+        raise InputError("the float64 method certifies float64 weights; these have "
+                         f"{weights.bits} bits: use the interval method", what="invalid option")
     allowed = tol * max(1.0, float(np.abs(data.Y).max()))
     claims: dict = {
-        "format": FORMAT,
-        "weights_sha256": weights_sha256 or sha256(weights.to_bytes()),
-        "data_sha256": data_sha256 or sha256(data.to_bytes()),
-        "T": T, "H": weights.H, "weights_precision_bits": weights.bits or 53,
+        "format": FORMAT, "version": VERSION,
+        "weights_sha256": sha256(weights.to_bytes()), "data_sha256": sha256(data.to_bytes()),
+        "T": T, "n": n, "d": d, "d_o": data.d_o, "H": weights.H, "weights_bits": weights.bits or 53,
+        "method": method, **({"interval_bits": bits} if method == "interval" else {}),
+        "tol": tol, "allowed": allowed,
     }
     if method == "float64":
-        claims["method"] = ("rigorous float64 enclosures (IEEE-754 round-to-nearest, classical error "
-                            "bounds, exp by a bounded polynomial) of the exact model")
-        claims.update(_float64_claims(weights, data, allowed))
-        return Certificate(claims, _passed(claims))
-    claims["interval_bits"] = bits
-    claims["method"] = ("interval arithmetic (mpmath.iv, outward rounding, exp included) on the exact "
-                        "stored weights and data")
-    cost = T * weights.H * d * (n + T)
-    if cost > INTERVAL_BUDGET:
-        reason = (f"T·H·d·(n+T) = {cost} interval operations exceed the budget {INTERVAL_BUDGET} of "
-                  "this pure-Python interval arithmetic; nothing is proven")
-        claims.update(rank={"proven": False, "reason": reason},
-                      memorization={"proven": False, "reason": reason})
-        return Certificate(claims, False)
+        claims.update(_float64_claims(weights, data))
+    elif T * weights.H * d * (n + T) > INTERVAL_BUDGET:
+        claims.update(rank={"residual_inf_norm_bound": None}, memorization={"max_abs_error_bound": None})
+    else:
+        claims.update(_interval_claims(weights, data, bits))
+    return _finish(claims)
+
+
+def _interval_claims(weights: Weights, data: Dataset, bits: int) -> dict:
+    """The claims' numbers by mpmath's interval arithmetic at ``bits`` bits."""
     with _iv_precision(bits), mpmath.mp.workprec(bits):
         w = weights.map(_iv)
         E, X, Y = _iv(data.E), _iv(data.X), _iv(data.Y)
         Z = _features(E, X, w)
         out = output_from_features(Z, X, w)                     # the model's own readout, on intervals
         error_bound = float(_abs_upper(out - Y).max())
-        claims["memorization"] = {
-            "max_abs_error_bound": error_bound, "allowed": allowed, "proven": error_bound <= allowed,
-            "claim": f"max_t |f(E^(t), x^(t)) - y^(t)| <= {error_bound:.3e}"}
-        claims["rank"] = _rank_claim(Z, T)
+        claims = {"memorization": {"max_abs_error_bound": error_bound}, "rank": _rank_claim(Z, data.T)}
         labels = _one_hot_classes(data.Y)
         if labels is not None:
-            claims["classification"] = _classification_claim(out, labels, error_bound)
-    return Certificate(claims, _passed(claims))
+            lo = np.frompyfunc(lambda v: float(mpmath.fadd(mpmath.mpf(v.a), 0, rounding="d", prec=53)), 1, 1)(
+                out).astype(np.float64)
+            claims["classification"] = _margin_claim(lo, _upper(out), labels)
+    return claims
 
 
-def _passed(claims: dict) -> bool:
-    return bool(claims["rank"]["proven"] and claims["memorization"]["proven"]
-                and claims.get("classification", {}).get("proven", True))
+def _round3(x, up: bool):
+    """``x`` rounded outwards (up or down) to 3 significant digits: the bound a certificate states.
+
+    Bounds that differ only in their last bits (another BLAS, another summation order) then state
+    the same number. The float nearest the rounded decimal is still on the safe side of ``x``:
+    ``x`` itself is a float between them.
+    """
+    if x is None or isinstance(x, int) or x == 0 or not math.isfinite(x):
+        return x
+    exact = Decimal(x)
+    step = Decimal(1).scaleb(exact.adjusted() - 2)
+    return float(exact.quantize(step, rounding=ROUND_CEILING if up else ROUND_FLOOR))
 
 
-def _float64_claims(weights: Weights, data: Dataset, allowed: float) -> dict:
-    """The claims of a certificate for float64 weights, by :mod:`construct.enclose`."""
+def _finish(claims: dict) -> Certificate:
+    """Round the bounds outwards, decide what is proven, and render the sentences."""
+    for key in CLAIMS:
+        if key in claims:
+            claims[key] = {k: _round3(v, CLAIM_SCHEMA[k][0] == "upper") for k, v in claims[key].items()}
+    rank, mem = claims["rank"], claims["memorization"]
+    r, bound = rank["residual_inf_norm_bound"], mem["max_abs_error_bound"]
+    rank["proven"] = r is not None and r < 1.0 and claims["H"] * claims["d"] >= claims["T"]
+    if not rank["proven"]:
+        rank.pop("sigma_min_lower_bound", None)
+    mem["proven"] = bound is not None and bound <= claims["allowed"]
+    if "classification" in claims:
+        c = claims["classification"]
+        c["proven"] = bool(bound is not None and c["margin_lower_bound"] > max(bound, 0.0)
+                           and c["misclassified_upper_bound"] == 0)
+    for key, sentence in _sentences(claims).items():
+        claims[key].update(sentence)
+    passed = all(claims[key]["proven"] for key in CLAIMS if key in claims)
+    return Certificate(claims, passed)
+
+
+def _sentences(cert: dict) -> dict[str, dict[str, str]]:
+    """Each claim's sentence, from the certificate's numbers alone: ``{"claim": …}`` when proven,
+    ``{"reason": …}`` when not."""
+    T, F = cert["T"], cert["H"] * cert["d"]
+    over = (cert["method"] == "interval"
+            and T * cert["H"] * cert["d"] * (cert["n"] + T) > INTERVAL_BUDGET)
+    budget = (f"T·H·d·(n+T) = {T * cert['H'] * cert['d'] * (cert['n'] + T)} interval operations exceed the "
+              f"budget {INTERVAL_BUDGET} of this pure-Python interval arithmetic; nothing is proven")
+    rank, mem = cert["rank"], cert["memorization"]
+    r, bound = rank.get("residual_inf_norm_bound"), mem.get("max_abs_error_bound")
+    out = {}
+    if rank.get("proven"):
+        out["rank"] = {"claim": f"rank Z = {T}"}
+    elif F < T:
+        out["rank"] = {"reason": f"Z has H·d = {F} < T = {T} columns, so rank Z < T"}
+    elif over:
+        out["rank"] = {"reason": budget}
+    elif r is None:
+        out["rank"] = {"reason": "no finite approximate right inverse of Z was found"}
+    else:
+        out["rank"] = {"reason": f"||I - ZX||_inf <= {r:.3g} is not below 1, so rank Z = T is not proven"}
+    if mem.get("proven"):
+        out["memorization"] = {"claim": f"max_t |f(E^(t), x^(t)) - y^(t)| <= {bound:.3g}"}
+    elif bound is None:
+        out["memorization"] = {"reason": budget}
+    else:
+        out["memorization"] = {"reason": f"the bound {bound:.3g} on max_t |f - y| exceeds the allowed "
+                                         f"{cert['allowed']:.3g}"}
+    if "classification" in cert:
+        c = cert["classification"]
+        if c.get("proven"):
+            out["classification"] = {"claim": f"zero of {T} examples misclassified: each true class beats every "
+                                              f"other by at least {c['margin_lower_bound']:.3g}"}
+        else:
+            out["classification"] = {"reason": f"up to {c['misclassified_upper_bound']} example(s) may be "
+                                               f"misclassified; the margin bound {c['margin_lower_bound']:.3g} is "
+                                               "not above the error bound"}
+    return out
+
+
+def _float64_claims(weights: Weights, data: Dataset) -> dict:
+    """The claims' numbers for float64 weights, by :mod:`construct.enclose`."""
     T, n, d = data.E.shape
     H = weights.H
-    parts = [enclose.features(data.E, data.X, weights.W_K[h], weights.W_Q[h]) for h in range(H)]
-    Z = np.concatenate([p[0] for p in parts], axis=1)
-    Z_rad = np.concatenate([p[1] for p in parts], axis=1)
-    values = [enclose.matmul(Z[:, h * d:(h + 1) * d], Z_rad[:, h * d:(h + 1) * d], weights.W_V[h])
-              for h in range(H)]
-    o, o_rad = enclose.matmul(np.concatenate([v[0] for v in values], axis=1),
-                              np.concatenate([v[1] for v in values], axis=1), weights.W_O)
-    if weights.skip:
-        o, o_rad = o + data.X, o_rad + enclose.U * np.abs(o + data.X) * 2
-    out, out_rad = enclose.matmul(o, o_rad, weights.W_D)
-    error_bound = float(enclose.up(np.abs(out - data.Y) + out_rad, 2).max())
-    claims = {"memorization": {
-        "max_abs_error_bound": error_bound, "allowed": allowed, "proven": error_bound <= allowed,
-        "claim": f"max_t |f(E^(t), x^(t)) - y^(t)| <= {error_bound:.3e}"}}
-    claims["rank"] = _float64_rank_claim(Z, Z_rad, T)
-    labels = _one_hot_classes(data.Y)
-    if labels is not None:
-        lo = (out - out_rad) - 4 * enclose.U * np.abs(out) - enclose.TINY
-        hi = (out + out_rad) + 4 * enclose.U * np.abs(out) + enclose.TINY
-        claims["classification"] = _margin_claim(lo, hi, labels, error_bound)
+    with np.errstate(over="ignore", invalid="ignore"):       # an overflow leaves a claim unproven
+        parts = [enclose.features(data.E, data.X, weights.W_K[h], weights.W_Q[h]) for h in range(H)]
+        Z = np.concatenate([p[0] for p in parts], axis=1)
+        Z_rad = np.concatenate([p[1] for p in parts], axis=1)
+        values = [enclose.matmul(Z[:, h * d:(h + 1) * d], Z_rad[:, h * d:(h + 1) * d], weights.W_V[h])
+                  for h in range(H)]
+        o, o_rad = enclose.matmul(np.concatenate([v[0] for v in values], axis=1),
+                                  np.concatenate([v[1] for v in values], axis=1), weights.W_O)
+        if weights.skip:
+            o, o_rad = o + data.X, o_rad + enclose.U * np.abs(o + data.X) * 2
+        out, out_rad = enclose.matmul(o, o_rad, weights.W_D)
+        error_bound = float(enclose.up(np.abs(out - data.Y) + out_rad, 2).max())
+        claims = {"memorization": {"max_abs_error_bound": error_bound if math.isfinite(error_bound) else None},
+                  "rank": _float64_rank_claim(Z, Z_rad, T)}
+        labels = _one_hot_classes(data.Y)
+        if labels is not None:
+            lo = (out - out_rad) - 4 * enclose.U * np.abs(out) - enclose.TINY
+            hi = (out + out_rad) + 4 * enclose.U * np.abs(out) + enclose.TINY
+            claims["classification"] = _margin_claim(lo, hi, labels)
     return claims
 
 
 def _float64_rank_claim(Z: np.ndarray, Z_rad: np.ndarray, T: int) -> dict:
-    """``rank Z = T`` for every ``Z`` within ``Z_rad`` of the float64 ``Z``, through a right inverse."""
-    method = ("rigorous float64 bound on |I - Z X| for an approximate right inverse X (Cholesky of "
-              "Z Z^T); ||I - ZX||_inf < 1 proves Z X nonsingular, hence rank Z = T")
+    """Bounds behind ``rank Z = T`` for every ``Z`` within ``Z_rad`` of the float64 ``Z``: the
+    residual of an approximate right inverse ``X`` (Cholesky of ``Z Z^T``) and, from it, a lower
+    bound on ``σ_min(Z)`` (module docstring)."""
     F = Z.shape[1]
-    if F < T:
-        return {"proven": False, "method": method, "reason": f"Z has {F} < T = {T} columns"}
+    if F < T or not (np.isfinite(Z).all() and np.isfinite(Z_rad).all()):
+        return {"residual_inf_norm_bound": None}
     try:
-        import scipy.linalg as sla
         Xr = Z.T @ sla.cho_solve(sla.cho_factor(Z @ Z.T, check_finite=False), np.eye(T), check_finite=False)
     except (np.linalg.LinAlgError, ValueError):
         Xr = np.linalg.pinv(Z)
     if not np.all(np.isfinite(Xr)):
-        return {"proven": False, "method": method, "reason": "no finite approximate inverse"}
+        return {"residual_inf_norm_bound": None}
     absX = np.abs(Xr)
     D = np.eye(T) - Z @ Xr
     bound = enclose.up(np.abs(D) + (enclose.gamma(F) * np.abs(Z) + Z_rad) @ absX, F + 2)
     r_inf = float(enclose.up(bound.sum(axis=1), T).max())
     r_one = float(enclose.up(bound.sum(axis=0), T).max())
-    out = {"proven": r_inf < 1.0, "method": method, "residual_inf_norm_bound": r_inf}
-    if r_inf < 1.0:
-        out["claim"] = f"rank Z = {T}"
-        r2 = math.sqrt(r_one * r_inf) * (1 + 4 * enclose.U)
+    out = {"residual_inf_norm_bound": r_inf if math.isfinite(r_inf) else None}
+    r2 = math.sqrt(r_one * r_inf) * (1 + 4 * enclose.U)
+    if r2 < 1.0:
         x_norm = float(enclose.up(np.sqrt(enclose.up((absX ** 2).sum(), absX.size)), 2))
-        if r2 < 1.0:
-            out["sigma_min_lower_bound"] = (1.0 - r2) / x_norm * (1 - 1e-15)
-    else:
-        out["reason"] = f"||I - ZX||_inf <= {r_inf:.3g} is not below 1"
+        out["sigma_min_lower_bound"] = (1.0 - r2) / x_norm * (1 - 1e-15)
     return out
 
 
 def _rank_claim(Z: np.ndarray, T: int) -> dict:
-    """``rank Z = T`` through an approximate right inverse (see the module docstring)."""
-    method = ("interval enclosure of I - Z X for an approximate right inverse X; ||I - ZX||_inf < 1 "
-              "proves Z X nonsingular, hence rank Z = T")
+    """Bounds behind ``rank Z = T`` from the interval ``Z``, as :func:`_float64_rank_claim`."""
     if Z.shape[1] < T:
-        return {"proven": False, "method": method, "reason": f"Z has {Z.shape[1]} < T = {T} columns"}
+        return {"residual_inf_norm_bound": None}
     Zm = np.frompyfunc(lambda v: mpmath.mpf(v.mid), 1, 1)(Z).astype(object)
     try:
         Xr = Zm.T @ precision.gram_solve_rows(Zm, np.eye(T, dtype=object) * mpmath.mpf(1))
     except ZeroDivisionError:
-        return {"proven": False, "method": method, "reason": "the midpoint of Z is singular"}
+        return {"residual_inf_norm_bound": None}
     D = _iv(np.eye(T)) - Z @ _iv(Xr)
     A = _abs_upper(D)
     r_inf = float(enclose.up(A.sum(axis=1), T).max())
     r_one = float(enclose.up(A.sum(axis=0), T).max())
-    proven = r_inf < 1.0
-    out = {"proven": proven, "method": method, "residual_inf_norm_bound": r_inf}
-    if proven:
-        r2 = math.sqrt(r_one * r_inf)
+    out = {"residual_inf_norm_bound": r_inf if math.isfinite(r_inf) else None}
+    r2 = math.sqrt(r_one * r_inf)
+    if r2 < 1.0:
         x_norm = float(enclose.up(np.sqrt(enclose.up((_abs_upper(_iv(Xr)) ** 2).sum(), Xr.size)), 2))
-        out["claim"] = f"rank Z = {T}"
-        if r2 < 1.0:
-            out["sigma_min_lower_bound"] = (1.0 - r2) / x_norm * (1 - 1e-15)
-    else:
-        out["reason"] = f"||I - ZX||_inf <= {r_inf:.3g} is not below 1"
+        out["sigma_min_lower_bound"] = (1.0 - r2) / x_norm * (1 - 1e-15)
     return out
 
 
@@ -278,50 +378,118 @@ def _one_hot_classes(Y: np.ndarray) -> np.ndarray | None:
     return np.argmax(Y, axis=1)
 
 
-def _classification_claim(out: np.ndarray, labels: np.ndarray, error_bound: float) -> dict:
-    """Zero misclassified, from interval outputs: ends rounded outwards to float64."""
-    lo = np.frompyfunc(lambda v: float(mpmath.fadd(mpmath.mpf(v.a), 0, rounding="d", prec=53)), 1, 1)(
-        out).astype(np.float64)
-    return _margin_claim(lo, _upper(out), labels, error_bound)
-
-
-def _margin_claim(lo: np.ndarray, hi: np.ndarray, labels: np.ndarray, error_bound: float) -> dict:
-    """Zero misclassified: the true class's lowest value beats every other class's highest."""
+def _margin_claim(lo: np.ndarray, hi: np.ndarray, labels: np.ndarray) -> dict:
+    """Bounds behind "zero misclassified": the lowest value of each true class against the
+    highest of every other class."""
     T = lo.shape[0]
     true_lo = lo[np.arange(T), labels]
     others = hi.copy()
     others[np.arange(T), labels] = -np.inf
     gap = true_lo - others.max(axis=1)
+    gap = np.where(np.isnan(gap), -np.inf, gap)
     margin = float(gap.min())
-    proven = margin > 0 and margin > error_bound
-    return {"classes": lo.shape[1], "margin_lower_bound": margin,
-            "misclassified_upper_bound": int(np.sum(gap <= 0)), "proven": proven,
-            "claim": "zero misclassified examples, by a margin above the error bound" if proven else None}
+    return {"classes": lo.shape[1], "margin_lower_bound": margin if math.isfinite(margin) else -1.0,
+            "misclassified_upper_bound": int(np.sum(gap <= 0))}
 
 
-def check_certificate(cert: dict, weights: Weights, data: Dataset, *, tol: float = DEFAULT_TOL) -> list[str]:
-    """Reasons to reject ``cert`` for these files (empty: every claim it makes is proven again).
+def read_certificate(text: str | bytes) -> dict:
+    """Parse a certificate's JSON and check its structure (no claim is judged here).
 
-    A claim is accepted when the certificate recomputed now implies it: same files (sha256), a
-    proven rank when it claims one, an error bound no smaller than the one proven now.
+    Raises:
+        InputError: not JSON, not an object, a field of the wrong type, a required field missing,
+            or another format or version; one line naming the field.
     """
+    def refuse(problem: str) -> InputError:
+        return InputError(problem, what="invalid certificate")
+
+    def no_constant(name: str):
+        raise ValueError(f"{name} is not a JSON number")
+
+    if len(text) > MAX_CERTIFICATE_BYTES:
+        raise refuse(f"{len(text)} bytes is more than a certificate holds ({MAX_CERTIFICATE_BYTES} at most)")
+    try:
+        cert = json.loads(text, parse_constant=no_constant)
+    except (ValueError, RecursionError) as exc:
+        raise refuse(f"not JSON ({str(exc)[:120]})") from None
+    if not isinstance(cert, dict):
+        raise refuse(f"expected a JSON object, got a JSON {type(cert).__name__}")
+    if cert.get("format") != FORMAT or cert.get("version") != VERSION:
+        raise refuse(f"format {cert.get('format')!r} version {cert.get('version')!r} is not this engine's "
+                     f"({FORMAT!r} version {VERSION}); run certify again")
+
+    def typed(where: str, obj: dict, schema: dict, required) -> None:
+        for key in required:
+            if key not in obj:
+                raise refuse(f"field {where}{key} is missing")
+        for key, value in obj.items():
+            if key in schema:
+                kinds = schema[key][1]
+                if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+                    raise refuse(f"field {where}{key} is {json.dumps(value)[:40]}, not a "
+                                 f"{' or '.join(k.__name__ for k in kinds).replace('NoneType', 'null')}")
+                if isinstance(value, float) and not math.isfinite(value):
+                    raise refuse(f"field {where}{key} is not a finite number")
+
+    typed("", cert, SCHEMA, [k for k in SCHEMA if k != "interval_bits"] + ["rank", "memorization"])
+    if cert["method"] not in ("float64", "interval") or (cert["method"] == "interval") != ("interval_bits" in cert):
+        raise refuse(f"method {cert['method']!r}: expected float64, or interval with interval_bits")
+    for key in CLAIMS:
+        if key in cert:
+            if not isinstance(cert[key], dict):
+                raise refuse(f"field {key} is not an object")
+            typed(f"{key}.", cert[key], CLAIM_SCHEMA, ["proven"])
+    return cert
+
+
+def check_certificate(cert: dict, weights: Weights, data: Dataset) -> list[str]:
+    """Reasons to reject ``cert`` for these files; empty when every field is proven again.
+
+    The certificate is recomputed from the two files with its own method, tolerance and interval
+    precision (bounded: at most what :func:`certify` would use), and compared field by field as
+    :data:`SCHEMA` says: identities exactly, bounds as "no stronger than the recomputed bound",
+    sentences rendered again from the certificate's own numbers. A field that is not part of a
+    certificate is a reason to reject it.
+
+    Raises:
+        InputError: a malformed certificate (:func:`read_certificate`) or a parameter out of
+            bounds; the weights do not fit the data.
+    """
+    try:
+        cert = read_certificate(json.dumps(cert, allow_nan=True))       # the structure, as for a file
+    except (TypeError, ValueError, RecursionError):
+        raise InputError("not a JSON-like object of numbers and strings", what="invalid certificate") from None
+    fresh = certify(weights, data, tol=tolerance(cert["tol"], "the certificate's tol"),
+                    method=cert["method"], bits=cert.get("interval_bits")).claims
+    return _compare("", cert, fresh, SCHEMA, cert)
+
+
+def _compare(where: str, given: dict, fresh: dict, schema: dict, cert: dict) -> list[str]:
+    """Field-by-field differences of ``given`` from ``fresh`` under ``schema``'s rules."""
     problems = []
-    if cert.get("format") != FORMAT:
-        problems.append(f"format: expected {FORMAT!r}, got {cert.get('format')!r}")
-    fresh = certify(weights, data, tol=tol, bits=cert.get("interval_bits"),
-                    method="interval" if "interval_bits" in cert else "auto")
-    for key in ("weights_sha256", "data_sha256"):
-        if cert.get(key) != fresh.claims[key]:
-            problems.append(f"{key}: the certificate is for other files")
-    if cert.get("rank", {}).get("proven") and not fresh.claims["rank"]["proven"]:
-        problems.append("rank: claimed proven, cannot be proven for these files")
-    mem, now = cert.get("memorization", {}), fresh.claims["memorization"]
-    if mem.get("proven"):
-        if not now.get("proven"):
-            problems.append("memorization: claimed proven, cannot be proven for these files")
-        elif float(mem.get("max_abs_error_bound", -1.0)) < now["max_abs_error_bound"]:
-            problems.append(f"memorization: claims max error <= {mem.get('max_abs_error_bound')}, "
-                            f"only {now['max_abs_error_bound']:.3e} can be proven")
-    if cert.get("classification", {}).get("proven") and not fresh.claims.get("classification", {}).get("proven"):
-        problems.append("classification: claimed proven, cannot be proven for these files")
+    sentences = _sentences(cert).get(where.rstrip("."), {}) if where else {}
+    for key in list(given) + [k for k in fresh if k not in given]:
+        name = f"{where}{key}"
+        if key not in fresh:
+            problems.append(f"{name}: not a field of a certificate for these files")
+            continue
+        if key not in given:
+            problems.append(f"{name}: missing; certify states {json.dumps(fresh[key])[:60]} for these files")
+            continue
+        mine, now = given[key], fresh[key]
+        if key in CLAIMS:
+            problems += _compare(f"{key}.", mine, now, CLAIM_SCHEMA, cert)
+            continue
+        rule = schema[key][0]
+        if rule == "text":
+            if mine != sentences.get(key):
+                problems.append(f"{name}: the sentence does not say what the certificate's numbers prove "
+                                f"({sentences.get(key)!r})")
+        elif rule == "exact" or mine is None or now is None:
+            if mine != now:
+                what = "the certificate is for other files" if key.endswith("sha256") else \
+                    f"these files give {json.dumps(now)[:60]}"
+                problems.append(f"{name}: the certificate says {json.dumps(mine)[:60]}; {what}")
+        elif (rule == "upper" and mine < now) or (rule == "lower" and mine > now):
+            problems.append(f"{name}: the certificate states {mine:.6g}; only {now:.6g} can be proven "
+                            "for these files")
     return problems

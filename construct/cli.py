@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import ConstructError, InputError
+from .errors import ConstructError, InputError, OutputError
 
 DEFAULT_PROBLEM = {"kind": "independent", "heads": 8, "context": 8, "dim": 16}
 
@@ -33,10 +33,27 @@ def _progress_printer(stream):
 
 
 def _cmd_build(args) -> int:
+    from .io import OutputFolder
+    from .report import summary_text
+
+    # The folder is locked before the work starts, so a second build into it is refused at once.
+    with OutputFolder(args.out, OUTPUTS, force=args.force) as out:
+        report = _build_into(args, out)
+    if not args.quiet:
+        print(summary_text(report))
+        print(f"wrote        {Path(args.out) / 'weights.npz'}, data.npz, report.json")
+    return 0
+
+
+# What build writes into its folder, as one set.
+OUTPUTS = ("weights.npz", "data.npz", "report.json")
+
+
+def _build_into(args, out) -> dict:
     from .build import build, capacity, heads_needed
     from .data import load_dataset, synthetic
-    from .io import json_bytes, sha256, write_outputs
-    from .report import build_report, summary_text
+    from .io import json_bytes, sha256
+    from .report import build_report
 
     started = time.perf_counter()
     synthetic_only = {"--context": args.context, "--dim": args.dim, "--examples": args.examples,
@@ -55,6 +72,8 @@ def _cmd_build(args) -> int:
             d_h = args.head_dim or data.n
             heads = heads_needed(data.T, min(data.n, d_h)) or 1
         source = {"source": str(args.data)}
+        if data.classes is not None:                 # integer labels: the id of each column of Y
+            source["classes"] = list(data.classes)
     else:
         kind = args.synthetic or DEFAULT_PROBLEM["kind"]
         heads = args.heads or DEFAULT_PROBLEM["heads"]
@@ -73,12 +92,8 @@ def _cmd_build(args) -> int:
     weights_bytes, data_bytes = result.weights.to_bytes(), data.to_bytes()
     report = build_report(result, data_source=source, data_sha256=sha256(data_bytes),
                           weights_sha256=sha256(weights_bytes), total_seconds=time.perf_counter() - started)
-    write_outputs({"weights.npz": weights_bytes, "data.npz": data_bytes, "report.json": json_bytes(report)},
-                  args.out)
-    if not args.quiet:
-        print(summary_text(report))
-        print(f"wrote        {Path(args.out) / 'weights.npz'}, data.npz, report.json")
-    return 0
+    out.publish({"weights.npz": weights_bytes, "data.npz": data_bytes, "report.json": json_bytes(report)})
+    return report
 
 
 def _cmd_verify(args) -> int:
@@ -103,35 +118,45 @@ def _cmd_verify(args) -> int:
 
 
 def _cmd_certify(args) -> int:
-    import json
-
-    from .certify import certify, check_certificate
+    from .certify import METHOD_DESCRIPTIONS, check_certificate, certify, read_certificate
     from .data import load_dataset
-    from .io import json_bytes, sha256, write_atomic
+    from .io import json_bytes, write_atomic
+    from .limits import tolerance
     from .model import load_weights
+    from .verify import DEFAULT_TOL
 
-    weights, data = load_weights(args.weights), load_dataset(args.data)
     if args.check is not None:
+        clash = [flag for flag, given in (("--out", args.out), ("--tol", args.tol), ("--method", args.method))
+                 if given is not None]
+        if clash:
+            raise InputError(f"{', '.join(clash)} cannot be given with --check: the certificate states its own "
+                             "method and tolerance, and --check writes nothing", what="invalid arguments")
         try:
-            cert = json.loads(Path(args.check).read_text())
-        except (OSError, ValueError) as exc:
-            raise InputError([f"{args.check}: not a readable JSON certificate ({exc})"], what="invalid certificate")
-        problems = check_certificate(cert, weights, data, tol=args.tol)
-        print("certificate ACCEPTED: every claim is proven again for these files" if not problems else
+            if Path(args.check).stat().st_size > (1 << 20):
+                raise InputError(f"{args.check}: larger than a certificate can be", what="invalid certificate")
+            text = Path(args.check).read_bytes()
+        except OSError as exc:
+            raise InputError(f"{args.check}: cannot be read ({exc.strerror or exc})", what="invalid certificate")
+        cert = read_certificate(text)
+        weights, data = load_weights(args.weights), load_dataset(args.data)
+        problems = check_certificate(cert, weights, data)
+        print("certificate ACCEPTED: every field is proven again for these files" if not problems else
               "certificate REJECTED:\n  " + "\n  ".join(problems))
         return 0 if not problems else 1
-    result = certify(weights, data, tol=args.tol, method=args.method,
-                     weights_sha256=sha256(Path(args.weights).read_bytes()),
-                     data_sha256=sha256(Path(args.data).read_bytes()))
-    if args.out is not None:
-        write_atomic(args.out, json_bytes(result.claims))
+    tol = tolerance(DEFAULT_TOL if args.tol is None else args.tol, "--tol")
+    weights, data = load_weights(args.weights), load_dataset(args.data)
+    result = certify(weights, data, tol=tol, method=args.method or "auto")
     c = result.claims
-    lines = [f"method         {c['method']}" + (f", {c['interval_bits']} bits" if "interval_bits" in c else "")]
+    lines = [f"method         {c['method']}" + (f", {c['interval_bits']} bits" if "interval_bits" in c else "")
+             + f": {METHOD_DESCRIPTIONS[c['method']]}"]
     for key in ("rank", "memorization", "classification"):
         if key in c:
             claim = c[key]
-            lines.append(f"{key:<15}" + (f"PROVEN  {claim['claim']}" if claim.get("proven") else
-                                          f"not proven: {claim.get('reason', claim)}"))
+            lines.append(f"{key:<15}" + (f"PROVEN  {claim['claim']}" if claim["proven"] else
+                                          f"not proven: {claim['reason']}"))
+    if args.out is not None:
+        write_atomic(args.out, json_bytes(c))
+        lines.append(f"wrote          {args.out}")
     print("\n".join(lines))
     return 0 if result.passed else 1
 
@@ -202,7 +227,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="saturation scales: the smallest that keeps the rank (default), the smallest that "
                         "keeps the proof's saturation argument, or the explicit bound of MATH.md §4.4.5; "
                         "the report shows the explicit bound beside the scale used")
-    b.add_argument("--out", type=Path, required=True, help="folder for weights.npz, data.npz, report.json")
+    b.add_argument("--out", type=Path, required=True,
+                   help="folder for weights.npz, data.npz, report.json, replaced as one set")
+    b.add_argument("--force", action="store_true",
+                   help="replace the --out folder even if it holds other files (they are removed)")
     b.add_argument("--synthetic", choices=SYNTHETIC_KINDS, help="build a synthetic problem")
     b.add_argument("--context", type=_positive, help="synthetic: context size n (default 8)")
     b.add_argument("--dim", type=_positive, help="synthetic: token dimension d (default 16)")
@@ -230,9 +258,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--out", type=Path, help="write the certificate (JSON) here")
     c.add_argument("--check", type=Path, metavar="CERT.json",
                    help="instead, re-prove every claim of an existing certificate for these files")
-    c.add_argument("--tol", type=float, default=DEFAULT_TOL,
+    c.add_argument("--tol", type=float, default=None,
                    help=f"memorization claim: max |f-y| <= tol * max(1, max|Y|) (default {DEFAULT_TOL:g})")
-    c.add_argument("--method", choices=METHODS, default="auto",
+    c.add_argument("--method", choices=METHODS, default=None,
                    help="float64 enclosures (fast, any size), mpmath intervals (tight, small problems), or "
                         "auto: float64 first, intervals when a claim is unproven and the problem fits")
     c.set_defaults(run=_cmd_certify)
@@ -262,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return args.run(args)
-    except InputError as exc:
+    except (InputError, OutputError) as exc:
         print(f"mha-construct {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except ConstructError as exc:
@@ -270,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except OSError as exc:
         print(f"mha-construct {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print(f"mha-construct {args.command}: error: out of memory; nothing written", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"mha-construct {args.command}: interrupted; nothing written", file=sys.stderr)

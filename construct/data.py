@@ -7,12 +7,13 @@ Shapes: contexts ``E`` (T, n, d), queries ``X`` (T, d), labels ``Y`` (T, d_o); a
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from .errors import InputError
 from .io import load_npz, npz_bytes
+from .limits import integer, require_memory
 
 SYNTHETIC_KINDS = ("independent", "shared", "general-position")
 
@@ -21,15 +22,22 @@ SYNTHETIC_KINDS = ("independent", "shared", "general-position")
 class Dataset:
     """A validated dataset: finite float64 arrays of consistent shapes.
 
+    Made by :func:`as_dataset`, :func:`load_dataset` or :func:`synthetic`, which validate private,
+    read-only copies: a later change of the caller's arrays cannot reach a validated dataset.
+
     Attributes:
         E: contexts, shape (T, n, d).
         X: queries, shape (T, d).
         Y: labels, shape (T, d_o).
+        classes: for classification data given as integer labels, the class id of each column
+            of ``Y`` (the ids present, ascending); None otherwise.
     """
 
     E: np.ndarray
     X: np.ndarray
     Y: np.ndarray
+    classes: tuple[int, ...] | None = None
+    validated: bool = field(default=False, repr=False, compare=False)
 
     @property
     def T(self) -> int:
@@ -72,15 +80,29 @@ def _numeric(name: str, value, problems: list[str]) -> np.ndarray | None:
     return arr.astype(np.float64, copy=False)
 
 
-def as_dataset(E, X, Y) -> Dataset:
-    """Validate and convert ``(E, X, Y)`` into a :class:`Dataset`.
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """A private, read-only, C-ordered float64 copy."""
+    out = np.array(a, dtype=np.float64, order="C", copy=True)
+    out.flags.writeable = False
+    return out
+
+
+def as_dataset(E, X, Y=None, *, labels=None) -> Dataset:
+    """Validate ``(E, X, Y)`` and copy it into a :class:`Dataset` (read-only copies).
 
     Checks dtypes, dimensions, that every array has the same number of examples T ≥ 1, and that
-    every value is finite; non-finite values are reported by example index.
+    every value is finite; non-finite values are reported by example index. Instead of ``Y`` a
+    classification dataset may give integer class ``labels`` (T,): they become one-hot targets
+    over the classes present (:func:`as_one_hot`).
 
     Raises:
         InputError: every problem found, each naming the array and the examples.
     """
+    classes = None
+    if (Y is None) == (labels is None):
+        raise InputError("give exactly one of Y (targets) and labels (integer classes)", what="invalid dataset")
+    if labels is not None:
+        Y, classes = as_one_hot(labels)
     problems: list[str] = []
     E = _numeric("E", E, problems)
     X = _numeric("X", X, problems)
@@ -113,27 +135,50 @@ def as_dataset(E, X, Y) -> Dataset:
         bad = ~np.isfinite(arr.reshape(arr.shape[0], -1)).all(axis=1)
         if bad.any():
             problems.append(f"{name}: non-finite values (NaN or inf) in example(s) {_index_list(np.flatnonzero(bad))}")
+    if not problems and classes is not None and len(classes) > E.shape[2]:
+        problems.append(f"labels: {len(classes)} classes need d_o = {len(classes)} outputs, but the model "
+                        f"outputs at most d = {E.shape[2]} values (Theorem 1 needs d_o ≤ d); merge classes "
+                        "or embed the tokens in more dimensions")
     if problems:
         raise InputError(problems, what="invalid dataset")
-    return Dataset(np.ascontiguousarray(E), np.ascontiguousarray(X), np.ascontiguousarray(Y))
+    return Dataset(_frozen(E), _frozen(X), _frozen(Y), classes=classes, validated=True)
 
 
-def as_one_hot(labels) -> np.ndarray:
-    """Integer class labels (T,) → one-hot targets (T, classes), classes = largest label + 1.
+def checked(data: Dataset) -> Dataset:
+    """``data`` if :func:`as_dataset` made it, else a validated copy (a :class:`Dataset` built by
+    hand is validated at the door of every public function).
 
     Raises:
-        InputError: labels that are not non-negative integers, by example.
+        InputError: as :func:`as_dataset`.
+    """
+    if not isinstance(data, Dataset):
+        raise InputError(f"expected a Dataset (construct.as_dataset), got {type(data).__name__}",
+                         what="invalid dataset")
+    if data.validated and not any(a.flags.writeable for a in (data.E, data.X, data.Y)):
+        return data
+    return replace(as_dataset(data.E, data.X, data.Y), classes=data.classes)
+
+
+def as_one_hot(labels) -> tuple[np.ndarray, tuple[int, ...]]:
+    """Integer class labels (T,) → one-hot targets (T, classes) over the classes present.
+
+    Class ids may be any integers (sparse, huge, negative): column ``j`` stands for the ``j``-th
+    smallest id present.
+
+    Returns:
+        The targets, and the class id of each column.
+
+    Raises:
+        InputError: labels that are not a 1-D integer array.
     """
     lab = np.asarray(labels)
     if lab.ndim != 1 or lab.dtype.kind not in "iu":
-        raise InputError([f"labels: expected a 1-D integer array, got {lab.dtype} of shape {lab.shape}"],
+        raise InputError(f"labels: expected a 1-D integer array, got {lab.dtype} of shape {lab.shape}",
                          what="invalid class labels")
-    bad = np.flatnonzero(lab < 0)
-    if bad.size:
-        raise InputError([f"labels: negative class in example(s) {_index_list(bad)}"], what="invalid class labels")
-    Y = np.zeros((lab.size, int(lab.max()) + 1 if lab.size else 1))
-    Y[np.arange(lab.size), lab] = 1.0
-    return Y
+    classes, index = np.unique(lab, return_inverse=True)
+    Y = np.zeros((lab.size, max(classes.size, 1)))
+    Y[np.arange(lab.size), index] = 1.0
+    return Y, tuple(int(c) for c in classes)
 
 
 def load_dataset(path: str | os.PathLike) -> Dataset:
@@ -143,18 +188,18 @@ def load_dataset(path: str | os.PathLike) -> Dataset:
     one-hot targets, ``d_o`` = number of classes.
 
     Raises:
-        InputError: unreadable file, missing or unexpected arrays, or any problem of :func:`as_dataset`.
+        InputError: unreadable file, missing or unexpected arrays (refused before inflating, see
+            :func:`construct.io.load_npz`), or any problem of :func:`as_dataset`.
     """
-    arrays = load_npz(path, what="dataset")
-    if "labels" in arrays and "Y" not in arrays:                  # classification: one-hot targets
-        arrays["Y"] = as_one_hot(arrays.pop("labels"))
-    missing = [k for k in ("E", "X", "Y") if k not in arrays]
-    extra = sorted(set(arrays) - {"E", "X", "Y"})
-    problems = [f"array {k!r} is missing from {str(path)!r}" for k in missing]
-    problems += [f"unexpected array {k!r} in {str(path)!r} (a dataset holds E, X, Y)" for k in extra]
+    arrays = load_npz(path, what="dataset", allowed=lambda k: k in ("E", "X", "Y", "labels"))
+    problems = [f"array {k!r} is missing from {str(path)!r}" for k in ("E", "X") if k not in arrays]
+    if "Y" not in arrays and "labels" not in arrays:
+        problems.append(f"array 'Y' (or integer 'labels') is missing from {str(path)!r}")
+    elif "Y" in arrays and "labels" in arrays:
+        problems.append(f"{str(path)!r} holds both Y and labels; a dataset holds one of them")
     if problems:
         raise InputError(problems, what="invalid dataset")
-    return as_dataset(arrays["E"], arrays["X"], arrays["Y"])
+    return as_dataset(arrays["E"], arrays["X"], arrays.get("Y"), labels=arrays.get("labels"))
 
 
 def sinusoidal_encoding(n: int, d: int) -> np.ndarray:
@@ -179,14 +224,16 @@ def synthetic(kind: str, *, T: int, n: int, d: int, d_o: int = 1, seed: int = 0,
     ``positional`` adds the sinusoidal encoding to every context's tokens.
 
     Raises:
-        InputError: unknown kind or non-positive sizes.
+        InputError: unknown kind, sizes that are not positive integers, a negative seed, or a
+            problem larger than the memory available.
     """
-    problems = [f"{name} must be a positive integer, got {v}" for name, v in
-                (("examples T", T), ("context n", n), ("dim d", d), ("out-dim d_o", d_o)) if int(v) < 1]
+    T, n, d, d_o = (integer(v, name) for name, v in
+                    (("examples T", T), ("context n", n), ("dim d", d), ("out-dim d_o", d_o)))
+    seed = integer(seed, "seed", 0)
     if kind not in SYNTHETIC_KINDS:
-        problems.append(f"unknown synthetic kind {kind!r}; choose one of {', '.join(SYNTHETIC_KINDS)}")
-    if problems:
-        raise InputError(problems, what="invalid synthetic problem")
+        raise InputError(f"unknown synthetic kind {kind!r}; choose one of {', '.join(SYNTHETIC_KINDS)}",
+                         what="invalid synthetic problem")
+    require_memory(8 * 3 * T * (n * d + d + d_o), f"a synthetic problem of T = {T} examples")
     rng = np.random.default_rng(seed)
     if kind == "independent":
         E = rng.random((T, n, d))

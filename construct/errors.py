@@ -20,8 +20,11 @@ class InputError(ConstructError, ValueError):
 
     def __init__(self, problems: list[str] | str, *, what: str = "invalid input"):
         self.problems = [problems] if isinstance(problems, str) else list(problems)
+        if len(self.problems) == 1:                  # one problem: one line
+            super().__init__(f"{what}: {self.problems[0]}")
+            return
         lines = "\n".join(f"  - {p}" for p in self.problems)
-        super().__init__(f"{what} ({len(self.problems)} problem(s)):\n{lines}")
+        super().__init__(f"{what} ({len(self.problems)} problems):\n{lines}")
 
 
 class CapacityError(InputError):
@@ -30,3 +33,8 @@ class CapacityError(InputError):
 
 class ConstructionError(ConstructError, ArithmeticError):
     """A numerical step of the construction failed (for example a rank the proof needs was lost)."""
+
+
+class OutputError(ConstructError, OSError):
+    """The system refused to write an output (no space, no permission, a path in the way); the
+    message names the file and the folder, and nothing was changed there."""

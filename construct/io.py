@@ -8,18 +8,25 @@ a half-written file. Reads never unpickle.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
+import fcntl
 import hashlib
 import io
 import json
+import math
 import os
-import tempfile
+import secrets
+import shutil
 import zipfile
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 import numpy as np
 
-from .errors import InputError
+from .errors import InputError, OutputError
+from .limits import INFLATION_FLOOR, MAX_INFLATION, available_memory, gib
 
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
@@ -43,29 +50,231 @@ def _umask() -> int:
     return mask
 
 
+_CHUNK = 1 << 20
+
+
+def _write_file(path: Path, payload: bytes, mode: int) -> None:
+    """Create ``path`` (it must not exist), write ``payload`` in chunks and flush it to disk."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view[:_CHUNK]):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:                                  # some file systems cannot sync a folder
+        pass
+    finally:
+        os.close(fd)
+
+
+def _os_error(exc: OSError, name: str, folder: Path) -> OutputError:
+    reason = exc.strerror or str(exc)
+    code = f" [Errno {exc.errno}]" if exc.errno else ""
+    return OutputError(f"cannot write {name} into {str(folder)!r}: {reason}{code}; nothing was changed there")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
 def write_atomic(path: str | os.PathLike, payload: bytes) -> None:
-    """Write ``payload`` to ``path`` through a temporary file and a rename.
+    """Write ``payload`` to ``path`` through a hidden temporary file and a rename.
 
     The file gets the permissions a plain ``open(path, "wb")`` would give (``0o666`` less the
-    umask), not the owner-only ones of the temporary file.
+    umask). The temporary file's name carries the writer's process id, so a later write to the
+    same path removes what a killed writer left behind.
+
+    Raises:
+        OutputError: the OS refused (no space, no permission, a folder in the way), naming the
+            file and the folder; ``path`` is unchanged.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-        os.chmod(tmp, 0o666 & ~_umask())
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _os_error(exc, path.name, path.parent) from None
+    prefix = f".{path.name}."
+    for old in path.parent.glob(f"{prefix}*.tmp"):   # leftovers of killed writers
+        pid = old.name[len(prefix):].split(".")[0]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            old.unlink(missing_ok=True)
+    tmp = path.parent / f"{prefix}{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        _write_file(tmp, payload, 0o666 & ~_umask())
+        if path.is_dir():
+            raise IsADirectoryError(21, "a folder of that name is in the way")
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise _os_error(exc, path.name, path.parent) from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
-def write_outputs(files: Mapping[str, bytes], folder: str | os.PathLike) -> None:
-    """Write several files into ``folder``; all payloads must be computed before this is called."""
-    for name, payload in files.items():
-        write_atomic(Path(folder) / name, payload)
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step (Linux ``renameat2(RENAME_EXCHANGE)``); False where the
+    system or the file system cannot."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+class OutputFolder:
+    """A folder whose files are replaced as one set, or not at all.
+
+    Use as a context manager around the work that produces the files, then :meth:`publish` them:
+
+    - on entry it takes a lock beside the folder (``.NAME.mha-construct.lock``, an advisory
+      ``flock``, released by the kernel if the process dies), so a second writer is refused at
+      once; it removes what killed writers left (hidden ``.NAME.mha-construct-*`` folders); and
+      it refuses a folder holding files other than ``names`` unless ``force``;
+    - :meth:`publish` writes every file into a hidden sibling folder, flushes it to disk, and
+      swaps it with the folder in one atomic step (``renameat2(RENAME_EXCHANGE)``; where the
+      system lacks it, two renames, between which the folder is briefly absent), then removes the
+      old set. At every moment, also after a kill, the folder holds the complete old set or the
+      complete new set; ``force`` replaces its whole content.
+
+    Raises:
+        InputError: the path is not a folder, another process is writing it, or it holds other
+            files (without ``force``).
+        OutputError: the OS refused a step (no space, no permission), naming the file and folder.
+    """
+
+    def __init__(self, folder: str | os.PathLike, names, *, force: bool = False):
+        self.folder = Path(os.path.realpath(folder))
+        self.names = frozenset(names)
+        self.force = force
+        self._lock: int | None = None
+        self._lock_path: Path | None = None
+        self._created: list[Path] = []
+
+    @property
+    def _hidden(self) -> str:
+        return f".{self.folder.name}.mha-construct"
+
+    def __enter__(self) -> OutputFolder:
+        folder, parent = self.folder, self.folder.parent
+        if folder.exists() and not folder.is_dir():
+            raise InputError(f"{str(folder)!r} exists and is not a folder", what="invalid output folder")
+        missing = []
+        for p in [parent, *parent.parents]:
+            if p.exists():
+                break
+            missing.append(p)
+        try:
+            for p in reversed(missing):
+                p.mkdir()
+                self._created.append(p)
+            self._take_lock()
+        except OSError as exc:
+            self._undo()
+            raise _os_error(exc, folder.name, parent) from None
+        try:
+            for old in parent.glob(f"{self._hidden}-*"):        # leftovers of killed writers
+                shutil.rmtree(old, ignore_errors=True)
+            if folder.is_dir() and not self.force:
+                foreign = sorted(set(os.listdir(folder)) - self.names)
+                if foreign:
+                    shown = ", ".join(foreign[:10]) + (f", … ({len(foreign)} in all)" if len(foreign) > 10 else "")
+                    raise InputError(f"{str(folder)!r} holds files this command does not write ({shown}); "
+                                     "choose another folder, move them, or pass --force to replace the "
+                                     "folder's whole content", what="output folder in use")
+        except BaseException:
+            self._undo()
+            raise
+        return self
+
+    def _take_lock(self) -> None:
+        path = self.folder.parent / f"{self._hidden}.lock"
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise InputError(f"{str(self.folder)!r} is being written by another mha-construct process "
+                                 f"(it holds {path.name}); wait for it, or choose another folder",
+                                 what="output folder busy") from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:                                  # not a lock file its last holder just removed
+                self._lock, self._lock_path = fd, path
+                return
+            os.close(fd)
+
+    def publish(self, files: Mapping[str, bytes]) -> None:
+        """Replace the folder's content with ``files`` (name → bytes), atomically as a set."""
+        folder, parent = self.folder, self.folder.parent
+        stage = parent / f"{self._hidden}-{os.getpid()}-{secrets.token_hex(4)}"
+        name = folder.name
+        try:
+            os.mkdir(stage)
+            for name, payload in files.items():
+                _write_file(stage / name, payload, 0o666 & ~_umask())
+            _fsync_dir(stage)
+            name = folder.name
+            if folder.is_dir():
+                if not _exchange(stage, folder):
+                    old = parent / f"{self._hidden}-{os.getpid()}-old"
+                    os.rename(folder, old)
+                    try:
+                        os.rename(stage, folder)
+                    except OSError:
+                        os.rename(old, folder)                       # put the old set back
+                        raise
+                    stage = old
+                shutil.rmtree(stage, ignore_errors=True)             # the old set
+            else:
+                os.rename(stage, folder)
+            _fsync_dir(parent)
+        except OSError as exc:
+            shutil.rmtree(stage, ignore_errors=True)
+            raise _os_error(exc, name, folder) from None
+        self._created.clear()
+
+    def _undo(self) -> None:
+        if self._lock is not None:
+            self._lock_path.unlink(missing_ok=True)      # still held: no one else can be using it
+            os.close(self._lock)
+            self._lock = None
+        for p in self._created:                           # folders made for an output never written
+            with contextlib.suppress(OSError):
+                p.rmdir()
+        self._created.clear()
+
+    def __exit__(self, *exc) -> None:
+        self._undo()
 
 
 def json_bytes(obj: Any) -> bytes:
@@ -78,37 +287,97 @@ def sha256(payload: bytes) -> str:
     return hashlib.sha256(payload).hexdigest()
 
 
-def load_npz(path: str | os.PathLike, *, what: str) -> dict[str, np.ndarray]:
-    """Read every array of an ``.npz`` with ``allow_pickle=False``.
+def load_npz(path: str | os.PathLike, *, what: str, allowed) -> dict[str, np.ndarray]:
+    """Read the arrays of an ``.npz`` (never unpickles), sizing them before inflating anything.
+
+    Args:
+        path: the archive.
+        what: what it holds, for messages (``"dataset"``, ``"weights"``).
+        allowed: a predicate on array names, ``allowed(name) -> bool``; any other member is
+            refused before a byte of it is read.
+
+    Every member's ``.npy`` header is read first: an object dtype (it would need pickle), a
+    declared size that differs from the header's shape, arrays that together exceed the memory
+    available, or a compressed member that inflates more than :data:`construct.limits.MAX_INFLATION`
+    times (beyond :data:`construct.limits.INFLATION_FLOOR` bytes) are refused by name.
 
     Raises:
-        InputError: the file is missing or not an ``.npz``, or an array needs pickle (an object
-            array); the message names the file and each offending array.
+        InputError: the file is missing or not an ``.npz`` archive, or any problem above; the
+            message names the file and each offending array.
     """
     path = Path(path)
+    cannot = f"cannot read {what}"
     if not path.is_file():
-        raise InputError(f"{what} file {str(path)!r} does not exist or is not a file", what=f"cannot read {what}")
+        raise InputError(f"{what} file {str(path)!r} does not exist or is not a file", what=cannot)
     try:
-        archive = np.load(path, allow_pickle=False)
-    except Exception as exc:  # np.load raises several unrelated types for a non-archive
-        raise InputError(f"{what} file {str(path)!r} is not a readable .npz archive ({exc})",
-                         what=f"cannot read {what}") from None
-    if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise InputError(f"{what} file {str(path)!r} holds a single array, not an .npz archive of named arrays",
-                         what=f"cannot read {what}")
-    out, problems = {}, []
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise InputError(f"{what} file {str(path)!r} is not a readable .npz archive ({exc})", what=cannot) from None
     with archive:
-        for key in archive.files:
+        infos = archive.infolist()
+        problems = []
+        for info in infos:
+            key = info.filename[:-4] if info.filename.endswith(".npy") else None
+            if key is None or not allowed(key):
+                problems.append(f"unexpected member {info.filename!r} in {str(path)!r}")
+        if len({i.filename for i in infos}) < len(infos):
+            problems.append(f"{str(path)!r} holds the same array name twice")
+        if problems:
+            raise InputError(problems, what=f"{cannot} (nothing was inflated)")
+        total = 0
+        for info in infos:
+            key = info.filename[:-4]
             try:
-                out[key] = archive[key]
+                nbytes = _member_size(archive, info)
             except ValueError as exc:
-                if "pickle" in str(exc).lower():
-                    problems.append(f"array {key!r} in {str(path)!r} is an object array, which would need pickle "
-                                    "to load; store numbers (float or int arrays) instead")
-                else:
-                    problems.append(f"array {key!r} in {str(path)!r} cannot be read: {exc}")
-            except Exception as exc:
+                problems.append(f"array {key!r} in {str(path)!r}: {exc}")
+                continue
+            total += nbytes
+            if (info.compress_type != zipfile.ZIP_STORED and nbytes > INFLATION_FLOOR
+                    and nbytes > MAX_INFLATION * max(info.compress_size, 1)):
+                problems.append(f"array {key!r} in {str(path)!r} inflates from {gib(info.compress_size)} to "
+                                f"{gib(nbytes)}, more than {MAX_INFLATION}x (a decompression bomb?); if it is "
+                                "genuine, save it uncompressed (numpy.savez)")
+        free = available_memory()
+        if not problems and total > free:
+            problems.append(f"the arrays of {str(path)!r} need {gib(total)} of memory; {gib(free)} is available")
+        if problems:
+            raise InputError(problems, what=f"{cannot} (nothing was inflated)")
+        out = {}
+        for info in infos:
+            key = info.filename[:-4]
+            try:
+                with archive.open(info) as fh:
+                    out[key] = np.lib.format.read_array(fh, allow_pickle=False)
+            except Exception as exc:      # zlib, CRC and format errors come in several types
                 problems.append(f"array {key!r} in {str(path)!r} cannot be read: {exc}")
     if problems:
-        raise InputError(problems, what=f"cannot read {what}")
+        raise InputError(problems, what=cannot)
     return out
+
+
+def _member_size(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> int:
+    """Bytes of the array an ``.npy`` member holds, from its header alone.
+
+    Raises:
+        ValueError: not an ``.npy`` header, an object dtype, or a declared size that differs.
+    """
+    with archive.open(info) as fh:
+        try:
+            version = np.lib.format.read_magic(fh)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+            elif version == (2, 0):
+                shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
+            else:
+                raise ValueError(f".npy format version {version} is not supported")
+        except (ValueError, OSError, EOFError, SyntaxError, zipfile.BadZipFile) as exc:
+            raise ValueError(f"not a readable .npy array ({exc})") from None
+        header = fh.tell()
+    if dtype.hasobject:
+        raise ValueError("an object array, which would need pickle to load; store numbers (float or int arrays)")
+    nbytes = math.prod(shape) * dtype.itemsize
+    if info.file_size != header + nbytes:
+        raise ValueError(f"its header declares {gib(nbytes)} of data but the member holds "
+                         f"{gib(max(info.file_size - header, 0))}: a damaged or forged archive")
+    return nbytes

@@ -8,7 +8,7 @@ connection (App. C). No ``1/sqrt(d_h)`` factor: it is absorbed into ``W_K``.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mpmath
 import numpy as np
@@ -44,6 +44,7 @@ class Weights:
     W_D: np.ndarray
     skip: bool = False
     bits: int | None = None
+    validated: bool = field(default=False, repr=False, compare=False)
 
     @property
     def H(self) -> int:
@@ -99,8 +100,35 @@ _SHAPES = {"W_K": "(H, d, d_h)", "W_Q": "(H, d, d_h)", "W_V": "(H, d, d_v)", "W_
 _MATRICES = tuple(_SHAPES)
 
 
+def sealed(W_K, W_Q, W_V, W_O, W_D, skip: bool, bits: int | None) -> Weights:
+    """:class:`Weights` over read-only arrays, marked as validated: for arrays the engine made or
+    copied itself (no caller holds a reference that could change them)."""
+    arrays = {"W_K": W_K, "W_Q": W_Q, "W_V": W_V, "W_O": W_O, "W_D": W_D}
+    for a in arrays.values():
+        a.flags.writeable = False
+    return Weights(**arrays, skip=bool(skip), bits=bits, validated=True)
+
+
+def checked_weights(weights: Weights) -> Weights:
+    """``weights`` if :func:`sealed` made them, else a validated copy (:func:`as_weights`).
+
+    Raises:
+        InputError: as :func:`as_weights`; high-precision weights made by hand.
+    """
+    if not isinstance(weights, Weights):
+        raise InputError(f"expected Weights (construct.as_weights), got {type(weights).__name__}",
+                         what="invalid weights")
+    arrays = [getattr(weights, name) for name in _MATRICES]
+    if weights.validated and not any(np.asarray(a).flags.writeable for a in arrays):
+        return weights
+    if weights.bits is not None:
+        raise InputError("high-precision weights come from build or load_weights; they cannot be checked "
+                         "when made by hand", what="invalid weights")
+    return as_weights(*arrays, skip=weights.skip)
+
+
 def as_weights(W_K, W_Q, W_V, W_O, W_D, skip=False) -> Weights:
-    """Validate shapes and values and build :class:`Weights`.
+    """Validate shapes and values and build :class:`Weights` from read-only copies.
 
     Raises:
         InputError: every wrong dimension, inconsistent shape or non-finite array, named.
@@ -112,7 +140,7 @@ def as_weights(W_K, W_Q, W_V, W_O, W_D, skip=False) -> Weights:
         if a.dtype.kind not in "fiu":
             problems.append(f"{name}: dtype {a.dtype} is not a real number type")
             continue
-        a = a.astype(np.float64, copy=False)
+        a = np.array(a, dtype=np.float64, order="C", copy=True)
         want = 3 if name in ("W_K", "W_Q", "W_V") else 2
         if a.ndim != want:
             problems.append(f"{name}: expected shape {_SHAPES[name]}, got shape {a.shape}")
@@ -136,17 +164,20 @@ def as_weights(W_K, W_Q, W_V, W_O, W_D, skip=False) -> Weights:
         problems.append(f"skip: expected a boolean scalar, got {skip_arr.dtype} array of shape {skip_arr.shape}")
     if problems:
         raise InputError(problems, what="invalid weights")
-    return Weights(**arr, skip=bool(skip_arr))
+    return sealed(**arr, skip=bool(skip_arr), bits=None)
 
 
 def load_weights(path: str | os.PathLike) -> Weights:
     """Read and validate a weights ``.npz`` (never unpickles).
 
     Raises:
-        InputError: unreadable file, missing arrays, or a problem of :func:`as_weights`.
+        InputError: unreadable file, missing or unexpected arrays (refused before inflating, see
+            :func:`construct.io.load_npz`), precision beyond :data:`construct.precision.MAX_BITS`,
+            or a problem of :func:`as_weights`.
     """
-    arrays = load_npz(path, what="weights")
     names = ("W_K", "W_Q", "W_V", "W_O", "W_D", "skip")
+    extra = {"bits", *(f"{m}_decimal" for m in _MATRICES)}
+    arrays = load_npz(path, what="weights", allowed=lambda k: k in names or k in extra)
     missing = [k for k in names if k not in arrays]
     if missing:
         raise InputError([f"array {k!r} is missing from {str(path)!r}" for k in missing], what="invalid weights")
@@ -160,8 +191,10 @@ def _exact_weights(arrays: dict, rounded: Weights, path) -> Weights:
     """High-precision weights from their decimal arrays (validated against the float64 ones)."""
     problems = []
     bits_arr = arrays["bits"]
-    if bits_arr.shape != () or bits_arr.dtype.kind not in "iu" or int(bits_arr) < 53:
-        raise InputError([f"bits: expected an integer ≥ 53, got {bits_arr!r}"], what="invalid weights")
+    if (bits_arr.shape != () or bits_arr.dtype.kind not in "iu"
+            or not precision.MIN_FILE_BITS <= int(bits_arr) <= precision.MAX_BITS):
+        raise InputError(f"bits: expected an integer from {precision.MIN_FILE_BITS} to {precision.MAX_BITS}, "
+                         f"got {bits_arr!r}", what="invalid weights")
     bits = int(bits_arr)
     exact = {}
     with mpmath.mp.workprec(bits):
@@ -180,7 +213,7 @@ def _exact_weights(arrays: dict, rounded: Weights, path) -> Weights:
             exact[name] = values
     if problems:
         raise InputError(problems, what="invalid high-precision weights")
-    return Weights(**exact, skip=rounded.skip, bits=bits)
+    return sealed(**exact, skip=rounded.skip, bits=bits)
 
 
 def check_compatible(weights: Weights, d: int, d_o: int) -> None:

@@ -27,6 +27,11 @@ ERROR_TARGET = 1e-30
 # Bits on top of the prediction (it is an estimate, not a bound) and the least auto ever uses.
 GUARD_BITS = 16
 MIN_BITS = 128
+# The most bits a build may use or a weights file may hold. Every accepted precision round-trips
+# through the file's decimal strings: 8192 bits need 2,469 digits, within Python's limit of 4,300
+# on integer-string conversion (which mpmath's conversions go through).
+MAX_BITS = 8192
+MIN_FILE_BITS = 53
 
 
 @dataclass(frozen=True)
@@ -74,16 +79,25 @@ class Precision:
 FLOAT64 = Precision()
 
 
-def parse(text: str) -> Precision | str:
-    """``"auto"``, ``"float64"`` or a number of bits (≥ 53) from the command line or the API."""
-    if text in ("auto", "float64"):
-        return text if text == "auto" else FLOAT64
-    try:
-        bits = int(text)
-    except ValueError:
-        raise ValueError(f"precision must be auto, float64 or a number of bits, got {text!r}") from None
-    if bits < 53:
-        raise ValueError(f"precision must be at least 53 bits (float64's), got {bits}")
+def parse(value) -> Precision | str:
+    """``"auto"``, ``"float64"``, a :class:`Precision`, or a number of bits from 53 to
+    :data:`MAX_BITS` (an ``int``, or its digits as a string), from the command line or the API.
+
+    Raises:
+        ValueError: anything else (a float such as ``200.5`` is refused, never truncated).
+    """
+    if isinstance(value, Precision):
+        return value
+    if value in ("auto", "float64"):
+        return value if value == "auto" else FLOAT64
+    if isinstance(value, str) and value.strip().isdigit():
+        bits = int(value)
+    elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        bits = int(value)
+    else:
+        raise ValueError(f"precision must be auto, float64 or a number of bits, got {value!r}")
+    if not 53 <= bits <= MAX_BITS:
+        raise ValueError(f"precision must be from 53 bits (float64's) to {MAX_BITS} bits, got {bits}")
     return Precision(bits)
 
 
@@ -105,6 +119,14 @@ def to_float(A) -> np.ndarray:
 _mp_exp = np.frompyfunc(mpmath.exp, 1, 1)
 _mp_log = np.frompyfunc(mpmath.log, 1, 1)
 _mp_sqrt = np.frompyfunc(mpmath.sqrt, 1, 1)
+
+
+_mp_ldexp = np.frompyfunc(mpmath.ldexp, 2, 1)
+
+
+def ldexp(A: np.ndarray, e: int) -> np.ndarray:
+    """``A · 2^e``, exact (float64 away from overflow and underflow, or ``mpf``)."""
+    return _mp_ldexp(A, e).astype(object) if is_mp(A) else np.ldexp(A, e)
 
 
 def exp(A: np.ndarray) -> np.ndarray:

@@ -13,9 +13,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from . import precision
-from .data import Dataset
+from .data import Dataset, checked
+from .limits import require_memory, tolerance
 from .linalg import blas_threads, numerical_rank, rank_tol, row_factor, scipy_threads, triangular_extremes
-from .model import Weights, check_compatible, feature_matrix, forward, output_from_features
+from .model import Weights, check_compatible, checked_weights, feature_matrix, forward, output_from_features
 
 DEFAULT_TOL = 1e-8
 
@@ -59,8 +60,11 @@ def check(Z: np.ndarray, R: np.ndarray | None, weights: Weights, data: Dataset,
     precision: the rank comes from the singular values of ``Z`` itself. ``extremes``: ``(σ_max, σ_min)`` of
     ``Z`` when already known (:func:`construct.linalg.row_factor`).
     """
-    out = output_from_features(Z, data.X, weights)
-    err = float(np.abs(out - data.Y).max())
+    with np.errstate(over="ignore", invalid="ignore"):        # overflow is a failure, not a warning
+        out = output_from_features(Z, data.X, weights)
+        err = float(np.abs(out - data.Y).max())
+    if not np.isfinite(err):
+        err = float("inf")
     if precision.is_mp(Z) or R is None:             # high precision, or fewer features than examples
         rank, s = numerical_rank(Z)                 # (then rank Z < T): singular values of Z
         s_max = float(s[0]) if s.size else 0.0
@@ -82,9 +86,13 @@ def verify(weights: Weights, data: Dataset, tol: float = DEFAULT_TOL) -> Verific
     High-precision weights are evaluated at their own precision (``weights.bits``).
 
     Raises:
-        InputError: the weights' dimensions do not match the data's.
+        InputError: the weights' dimensions do not match the data's, or ``tol`` is not a finite
+            positive number.
     """
+    weights, data, tol = checked_weights(weights), checked(data), tolerance(tol)
     check_compatible(weights, data.d, data.d_o)
+    require_memory(8 * (2 * data.T * weights.H * data.d + 2 * data.T ** 2),
+                   f"verifying T = {data.T} examples on H = {weights.H} heads")
     if weights.bits is None:
         with scipy_threads(blas_threads()):         # numpy's pool stays idle: see scipy_threads
             Z = feature_matrix(data.E, data.X, weights)

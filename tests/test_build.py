@@ -112,7 +112,7 @@ def test_invalid_model_shape_lists_every_problem():
     data = synthetic("independent", T=3, n=N, d=D, d_o=3, seed=0)
     with pytest.raises(InputError) as err:
         build(data, 2, value_dim=2, head_dim=0)
-    assert "head dim" in str(err.value)
+    assert "head_dim" in str(err.value)
     with pytest.raises(InputError) as err:
         build(data, 2, value_dim=2)
     assert "d_v" in str(err.value)

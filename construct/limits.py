@@ -1,0 +1,91 @@
+"""Checked options and the engine's resource limits, in one place.
+
+Options are refused, never coerced: ``heads=3.7`` is an error, not 3 heads. Requests are sized
+before anything large is allocated, against the memory this machine has available, and archives
+are sized from their headers before anything is inflated (:func:`construct.io.load_npz`).
+
+Documented limits:
+
+- memory: a request that needs more than the memory available (``MemAvailable`` on Linux,
+  otherwise the physical memory) is refused with its estimate;
+- archives: an ``.npz`` member whose arrays would take more memory than is available, or that
+  inflates more than :data:`MAX_INFLATION` times beyond :data:`INFLATION_FLOOR` bytes (a
+  decompression bomb), is refused before it is read; an uncompressed archive (``np.savez``) is
+  never refused for its ratio.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+
+from .errors import InputError
+
+# A compressed archive member may inflate to at most this many times its stored size, once it is
+# larger than INFLATION_FLOOR. Real-valued data rarely compresses more than 10x; zeros do 1000x.
+MAX_INFLATION = 200
+INFLATION_FLOOR = 64 * 2**20
+
+
+def integer(value, name: str, minimum: int = 1) -> int:
+    """``value`` as an ``int`` if it is an integer (Python or NumPy) ``≥ minimum``.
+
+    Raises:
+        InputError: a bool, a float (even ``3.0``: never truncated), another type, or too small.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InputError(f"{name} must be an integer, got {value!r} ({type(value).__name__})",
+                         what="invalid option")
+    if int(value) < minimum:
+        raise InputError(f"{name} must be an integer ≥ {minimum}, got {int(value)}", what="invalid option")
+    return int(value)
+
+
+def tolerance(value, name: str = "tol") -> float:
+    """``value`` as a finite positive ``float``.
+
+    Raises:
+        InputError: not a real number, NaN, infinite, zero or negative.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InputError(f"{name} must be a positive number, got {value!r}", what="invalid option")
+    tol = float(value)
+    if not (math.isfinite(tol) and tol > 0):
+        raise InputError(f"{name} must be a finite positive number, got {tol!r}", what="invalid option")
+    return tol
+
+
+def available_memory() -> int:
+    """Bytes of memory available to a new allocation (Linux ``MemAvailable``; else physical memory)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 2**63
+
+
+def gib(nbytes: float) -> str:
+    """``nbytes`` in readable units."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= size:
+            return f"{nbytes / size:.3g} {unit}"
+    return f"{int(nbytes)} bytes"
+
+
+def require_memory(nbytes: float, what: str) -> None:
+    """Refuse ``what`` when it needs about ``nbytes`` and less is available.
+
+    Raises:
+        InputError: with the estimate and what is available.
+    """
+    free = available_memory()
+    if nbytes > free:
+        raise InputError(f"{what} needs about {gib(nbytes)} of memory; {gib(free)} is available",
+                         what="request too large for this machine")
