@@ -448,9 +448,10 @@ def _build_scaled(data: Dataset, exponents: tuple[int, int, int], chosen, args: 
     unit = as_dataset(np.ldexp(data.E, -e_E), np.ldexp(data.X, -e_X), target)
     result = _build(unit, chosen, {**args, "skip": False})
     w = result.weights
-    weights = sealed(precision_mod.ldexp(w.W_K, -e_E), precision_mod.ldexp(w.W_Q, -e_X),
-                     precision_mod.ldexp(w.W_V, e_Y - e_E), w.W_O.copy(), w.W_D.copy(),
-                     skip=args["skip"], bits=w.bits)
+    with np.errstate(over="ignore", under="ignore"):             # out of range: refused below
+        weights = sealed(precision_mod.ldexp(w.W_K, -e_E), precision_mod.ldexp(w.W_Q, -e_X),
+                         precision_mod.ldexp(w.W_V, e_Y - e_E), w.W_O.copy(), w.W_D.copy(),
+                         skip=args["skip"], bits=w.bits)
     scales = (f"max |E| ≈ 2^{e_E}, max |X| ≈ 2^{e_X}, targets up to 2^{e_Y}")
     if not all(np.isfinite(precision_mod.to_float(getattr(weights, m))).all() for m in ("W_K", "W_Q", "W_V")):
         raise InputError(f"the data's scale ({scales}) puts the weights that memorize it beyond float64's "

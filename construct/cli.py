@@ -101,8 +101,10 @@ def _cmd_verify(args) -> int:
 
     from .data import load_dataset
     from .model import load_weights
+    from .limits import tolerance
     from .verify import verify
 
+    tolerance(args.tol, "--tol")                   # a bad option is refused before any file is read
     weights = load_weights(args.weights)
     data = load_dataset(args.data)
     v = verify(weights, data, tol=args.tol)

@@ -132,7 +132,7 @@ def as_dataset(E, X, Y=None, *, labels=None) -> Dataset:
     if Y is not None and Y.shape[1] == 0:
         problems.append("Y: zero output columns")
     for name, arr in present.items():
-        bad = ~np.isfinite(arr.reshape(arr.shape[0], -1)).all(axis=1)
+        bad = ~np.isfinite(arr).all(axis=tuple(range(1, arr.ndim)))     # per example; empty arrays too
         if bad.any():
             problems.append(f"{name}: non-finite values (NaN or inf) in example(s) {_index_list(np.flatnonzero(bad))}")
     if not problems and classes is not None and len(classes) > E.shape[2]:
@@ -194,7 +194,7 @@ def load_dataset(path: str | os.PathLike) -> Dataset:
     arrays = load_npz(path, what="dataset", allowed=lambda k: k in ("E", "X", "Y", "labels"))
     problems = [f"array {k!r} is missing from {str(path)!r}" for k in ("E", "X") if k not in arrays]
     if "Y" not in arrays and "labels" not in arrays:
-        problems.append(f"array 'Y' (or integer 'labels') is missing from {str(path)!r}")
+        problems.append(f"array 'Y' is missing from {str(path)!r} (a classification dataset may hold integer 'labels' instead)")
     elif "Y" in arrays and "labels" in arrays:
         problems.append(f"{str(path)!r} holds both Y and labels; a dataset holds one of them")
     if problems:

@@ -278,8 +278,19 @@ class OutputFolder:
 
 
 def json_bytes(obj: Any) -> bytes:
-    """Indented UTF-8 JSON with a trailing newline."""
-    return (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode()
+    """Indented UTF-8 JSON with a trailing newline; a non-finite number is written as ``null``
+    (JSON has no infinity or NaN)."""
+    return (json.dumps(_finite(obj), indent=2, sort_keys=False, allow_nan=False) + "\n").encode()
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def sha256(payload: bytes) -> str:

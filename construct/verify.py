@@ -110,11 +110,12 @@ def float32_error(weights: Weights, data: Dataset) -> dict:
     """The forward pass with weights and data rounded to float32: does the memorization survive?
 
     Returns:
-        ``{"max_abs_error": ..., "tol": FLOAT32_TOL · max(1, max|Y|), "survives": bool}``.
+        ``{"max_abs_error": ..., "tol": FLOAT32_TOL · max(1, max|Y|), "survives": bool}``; the
+        error is ``inf`` when float32 overflows (``null`` in JSON).
     """
-    w32 = weights.map(lambda a: precision.to_float(a).astype(np.float32))
-    with np.errstate(over="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):       # beyond float32's range: does not survive
+        w32 = weights.map(lambda a: precision.to_float(a).astype(np.float32))
         out = forward(data.E.astype(np.float32), data.X.astype(np.float32), w32).astype(np.float64)
-    err = float(np.abs(out - data.Y).max()) if np.all(np.isfinite(out)) else float("inf")
+        err = float(np.abs(out - data.Y).max()) if np.all(np.isfinite(out)) else float("inf")
     allowed = FLOAT32_TOL * max(1.0, float(np.abs(data.Y).max()))
     return {"max_abs_error": err, "tol": allowed, "survives": bool(err <= allowed)}

@@ -1,0 +1,335 @@
+"""Issue #11, part 3: every bad input and bad option is refused clearly (exit 2, the array or
+option named, no traceback, nothing written); valid but extreme input is handled correctly."""
+
+import json
+import subprocess
+import sys
+import tracemalloc
+import warnings
+import zipfile
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from construct import (Dataset, InputError, as_dataset, as_weights, build, load_dataset, load_weights, synthetic,
+                       verify)
+from construct.certify import certify
+from construct.cli import main
+from construct.io import npz_bytes
+from construct.limits import INFLATION_FLOOR, MAX_INFLATION
+from construct.precision import MAX_BITS
+
+SMALL = dict(T=7, n=3, d=4)
+
+
+@pytest.fixture(scope="module")
+def small():
+    return synthetic("independent", **SMALL, d_o=2, seed=0)
+
+
+def run(argv, capsys):
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def cli(*argv, cwd=None):
+    """The console entry in a fresh interpreter that turns every warning into an error."""
+    return subprocess.run([sys.executable, "-W", "error", "-m", "construct", *map(str, argv)],
+                          capture_output=True, text=True, cwd=cwd)
+
+
+# --- T = 0 and extreme scales ------------------------------------------------------------------
+
+def test_no_examples_is_refused_at_every_door(tmp_path, capsys):
+    empty = dict(E=np.zeros((0, 3, 4)), X=np.zeros((0, 4)), Y=np.zeros((0, 1)))
+    with pytest.raises(InputError, match="no examples"):
+        as_dataset(**empty)
+    with pytest.raises(InputError, match="no examples"):                # a Dataset made by hand
+        build(Dataset(**empty), 1)
+    path = tmp_path / "empty.npz"
+    path.write_bytes(npz_bytes(empty))
+    code, _, err = run(["build", path, "--out", tmp_path / "o"], capsys)
+    assert code == 2 and "no examples" in err and not (tmp_path / "o").exists()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(-1070, 1020), st.integers(-1070, 1020), st.integers(-1070, 1020), st.booleans())
+def test_extreme_scales_are_built_exactly_or_refused_with_the_reason(e_E, e_X, e_Y, skip):
+    base = synthetic("independent", **SMALL, seed=0)
+    E, X, Y = (np.ldexp(a, e) for a, e in ((base.E, e_E), (base.X, e_X), (base.Y, e_Y)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                                  # no RuntimeWarning leaks
+        try:
+            data = as_dataset(E, X, Y)
+            result = build(data, 3, skip=skip)
+        except InputError as exc:                                       # refused: says why
+            assert "range" in str(exc) or "rescale" in str(exc) or "full row rank" in str(exc), str(exc)
+            return
+        check = verify(result.weights, data)
+    assert check.passed and check.rank_Z == data.T
+    assert check.max_abs_error <= 1e-8 * max(1.0, float(np.abs(data.Y).max()))
+
+
+def test_scales_that_broke_float64_now_build(small):
+    # Each of these raised LinAlgError, OverflowError or a RuntimeWarning before.
+    for factor in (1e-150, 1e-100, 1e150, 1e200, 1e300):
+        data = as_dataset(small.E * factor, small.X * factor, small.Y)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            result = build(data, 3)
+        assert verify(result.weights, data).passed
+        assert "unit scale" in result.precision_reason
+
+
+def test_labels_at_the_edge_of_float64_are_refused_with_the_reason(small):
+    data = as_dataset(small.E, small.X, small.Y * 1.7e308)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(InputError, match="rescale"):
+            build(data, 3)
+
+
+# --- class labels --------------------------------------------------------------------------------
+
+def test_sparse_huge_and_negative_class_ids_become_the_classes_present(tmp_path, capsys):
+    base = synthetic("independent", T=9, n=3, d=6, seed=0)
+    labels = np.array([2**62, -5, 10**12, -5, 2**62, 10**12, -5, 2**62, 10**12], dtype=np.int64)
+    data = as_dataset(base.E, base.X, labels=labels)
+    assert data.classes == (-5, 10**12, 2**62) and data.Y.shape == (9, 3)
+    assert np.array_equal(np.argmax(data.Y, axis=1), [2, 0, 1, 0, 2, 1, 0, 2, 1])
+    path = tmp_path / "cls.npz"
+    path.write_bytes(npz_bytes(dict(E=base.E, X=base.X, labels=labels)))
+    code, _, _ = run(["build", path, "--out", tmp_path / "o", "--quiet"], capsys)
+    rep = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert code == 0 and rep["d_o"] == 3 and rep["data"]["classes"] == [-5, 10**12, 2**62]
+    code, out, _ = run(["certify", tmp_path / "o" / "weights.npz", tmp_path / "o" / "data.npz"], capsys)
+    assert code == 0 and "classification PROVEN" in out
+
+
+def test_more_classes_than_the_model_can_output_is_refused(tmp_path, capsys):
+    base = synthetic("independent", T=9, n=3, d=4, seed=0)
+    with pytest.raises(InputError, match="9 classes need d_o = 9.*at most d = 4"):
+        as_dataset(base.E, base.X, labels=np.arange(9) * 1000)
+    path = tmp_path / "cls.npz"
+    path.write_bytes(npz_bytes(dict(E=base.E, X=base.X, labels=np.arange(9))))
+    code, _, err = run(["build", path, "--out", tmp_path / "o"], capsys)
+    assert code == 2 and "labels: 9 classes" in err and not (tmp_path / "o").exists()
+
+
+def test_labels_that_are_not_integers_are_refused(small):
+    with pytest.raises(InputError, match="integer"):
+        as_dataset(small.E, small.X, labels=np.linspace(0, 1, small.T))
+    with pytest.raises(InputError, match="exactly one"):
+        as_dataset(small.E, small.X, small.Y, labels=np.zeros(small.T, dtype=int))
+
+
+# --- memory ----------------------------------------------------------------------------------------
+
+def test_a_request_beyond_memory_is_refused_before_allocating(small, tmp_path, capsys):
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError, match=r"needs about .* GiB of memory; .* is available"):
+            build(small, 10**9)
+        with pytest.raises(InputError, match="needs about"):
+            synthetic("independent", T=10**11, n=8, d=16)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 50 * 2**20                                            # nothing large was allocated
+    code, _, err = run(["build", "--heads", "1000000000", "--out", tmp_path / "o"], capsys)
+    assert code == 2 and "GiB" in err and not (tmp_path / "o").exists()
+
+
+# --- options ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(heads=3.7), "heads must be an integer"),
+    (dict(heads=3.0), "heads must be an integer"),
+    (dict(heads=True), "heads must be an integer"),
+    (dict(heads=3, head_dim=2.5), "head_dim must be an integer"),
+    (dict(heads=3, value_dim=0), "value_dim must be an integer ≥ 1"),
+    (dict(heads=3, seed=-1), "seed must be an integer ≥ 0"),
+    (dict(heads=3, tol=float("nan")), "tol must be a finite positive number"),
+    (dict(heads=3, tol=float("inf")), "tol must be a finite positive number"),
+    (dict(heads=3, tol=-1e-8), "tol must be a finite positive number"),
+    (dict(heads=3, tol=0.0), "tol must be a finite positive number"),
+    (dict(heads=3, precision=52), "from 53 bits"),
+    (dict(heads=3, precision=MAX_BITS + 1), f"to {MAX_BITS} bits"),
+    (dict(heads=3, precision=200.5), "precision must be"),
+    (dict(heads=3, precision="many"), "precision must be"),
+])
+def test_bad_api_options_are_refused_never_truncated(small, kwargs, needle):
+    with pytest.raises(InputError, match=needle):
+        build(small, **kwargs)
+
+
+def test_precision_as_an_int_and_numpy_integers_are_accepted(small):
+    result = build(small, np.int64(3), precision=200, seed=np.uint8(1))
+    assert result.weights.bits == 200 and result.verification.passed
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["build", "--seed", "-1"], "seed must be an integer ≥ 0"),
+    (["build", "--tol", "nan"], "tol must be a finite positive number"),
+    (["build", "--tol", "-1"], "tol must be a finite positive number"),
+    (["build", "--precision", "20"], "from 53 bits"),
+    (["build", "--precision", str(MAX_BITS + 1)], f"to {MAX_BITS} bits"),
+])
+def test_bad_cli_options_exit_2_and_write_nothing(tmp_path, capsys, argv, needle):
+    code, _, err = run([*argv, "--out", tmp_path / "o"], capsys)
+    assert code == 2 and needle in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_bad_tolerance_in_verify_and_certify(tmp_path, capsys, small):
+    assert run(["build", "--out", tmp_path / "o", "--quiet"], capsys)[0] == 0
+    w, d = tmp_path / "o" / "weights.npz", tmp_path / "o" / "data.npz"
+    for cmd in ("verify", "certify"):
+        for tol in ("nan", "inf", "-1e-8", "0"):
+            code, _, err = run([cmd, w, d, f"--tol={tol}"], capsys)
+            assert code == 2 and "tol" in err, (cmd, tol, err)
+    weights = load_weights(w)
+    data = load_dataset(d)
+    with pytest.raises(InputError):
+        verify(weights, data, tol=float("nan"))
+    with pytest.raises(InputError):
+        certify(weights, data, tol=-1.0)
+
+
+# --- high precision --------------------------------------------------------------------------------
+
+def test_weights_at_the_largest_precision_load_back(tmp_path):
+    data = synthetic("independent", T=3, n=2, d=3, seed=0)
+    result = build(data, 2, precision=MAX_BITS)
+    path = tmp_path / "w.npz"
+    path.write_bytes(result.weights.to_bytes())
+    back = load_weights(path)
+    assert back.bits == MAX_BITS and verify(back, data).passed
+
+
+@pytest.mark.parametrize("bits", [MAX_BITS + 1, 10**9, 52])
+def test_weights_files_beyond_the_precision_limits_are_refused(tmp_path, bits):
+    data = synthetic("independent", T=3, n=2, d=3, seed=0)
+    arrays = build(data, 2, precision=128).weights.arrays()
+    arrays["bits"] = np.asarray(bits)
+    path = tmp_path / "w.npz"
+    path.write_bytes(npz_bytes(arrays))
+    with pytest.raises(InputError, match=f"to {MAX_BITS}"):
+        load_weights(path)
+
+
+# --- archives --------------------------------------------------------------------------------------
+
+def _npy_header(shape, dtype="<f8") -> bytes:
+    import io
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": dtype, "fortran_order": False, "shape": shape})
+    return buf.getvalue()
+
+
+def _bomb(path, name: str, nbytes: int, others: dict) -> None:
+    """A compressed member holding ``nbytes`` of zeros declared as a float64 array, written in
+    chunks (the bomb never exists in memory), beside ordinary members."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        with zf.open(f"{name}.npy", "w", force_zip64=True) as fh:
+            fh.write(_npy_header((nbytes // 8,)))
+            chunk = bytes(1 << 22)
+            for _ in range(nbytes // len(chunk)):
+                fh.write(chunk)
+        for key, value in others.items():
+            import io
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, value)
+            zf.writestr(f"{key}.npy", buf.getvalue())
+
+
+def test_a_decompression_bomb_is_refused_before_inflating(tmp_path, capsys, small):
+    nbytes = 4 * INFLATION_FLOOR                         # 256 MiB of zeros in a few hundred KiB
+    path = tmp_path / "bomb.npz"
+    _bomb(path, "Y", nbytes, {"E": small.E, "X": small.X})
+    assert path.stat().st_size * MAX_INFLATION < nbytes
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError, match="decompression bomb"):
+            load_dataset(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**20
+    code, _, err = run(["verify", path, path], capsys)
+    assert code == 2 and "nothing was inflated" in err
+
+
+def test_unexpected_members_are_refused_before_any_is_read(tmp_path, small):
+    path = tmp_path / "extra.npz"
+    _bomb(path, "payload", 4 * INFLATION_FLOOR, {"E": small.E, "X": small.X, "Y": small.Y})
+    with pytest.raises(InputError, match="unexpected member 'payload.npy'"):
+        load_dataset(path)
+
+
+def test_a_header_that_lies_about_its_size_is_refused(tmp_path, small):
+    path = tmp_path / "liar.npz"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("E.npy", _npy_header((10**6, 10**6)) + bytes(64))
+        zf.writestr("X.npy", _npy_header((7, 4)) + small.X.tobytes())
+        zf.writestr("Y.npy", _npy_header((7, 2)) + small.Y.tobytes())
+    with pytest.raises(InputError, match="'E'.*header declares"):
+        load_dataset(path)
+
+
+def test_weights_with_an_extra_array_are_refused(tmp_path, small):
+    arrays = build(small, 3).weights.arrays()
+    arrays["notes"] = np.zeros(3)
+    path = tmp_path / "w.npz"
+    path.write_bytes(npz_bytes(arrays))
+    with pytest.raises(InputError, match="unexpected member 'notes.npy'"):
+        load_weights(path)
+
+
+# --- the caller's arrays ---------------------------------------------------------------------------
+
+def test_later_changes_to_the_callers_arrays_cannot_slip_past_validation(small):
+    E, X, Y = small.E.copy(), small.X.copy(), small.Y.copy()
+    data = as_dataset(E, X, Y)
+    E[0, 0, 0], X[1, 0], Y[2, 0] = np.nan, np.inf, np.nan
+    assert np.isfinite(data.E).all() and np.isfinite(data.X).all() and np.isfinite(data.Y).all()
+    with pytest.raises(ValueError):
+        data.E[0, 0, 0] = 1.0                                            # read-only
+    weights = build(data, 3).weights
+    with pytest.raises(ValueError):
+        weights.W_V[0, 0, 0] = 1.0
+    W = [np.array(getattr(weights, k)) for k in ("W_K", "W_Q", "W_V", "W_O", "W_D")]
+    copy = as_weights(*W, skip=weights.skip)
+    W[2][0, 0, 0] = np.nan
+    assert verify(copy, data).passed
+
+
+def test_a_dataset_made_by_hand_is_validated_at_the_door(small):
+    E = small.E.copy()
+    E[3, 1, 2] = np.nan
+    with pytest.raises(InputError, match="E: non-finite values.*example\\(s\\) 3"):
+        build(Dataset(E, small.X, small.Y), 3)
+    with pytest.raises(InputError, match="non-finite"):
+        verify(build(small, 3).weights, Dataset(E, small.X, small.Y))
+
+
+# --- warnings --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("factors", [(1e39, 1e39, 1e300), (1e-40, 1.0, 1e-300)])
+def test_no_runtime_warning_reaches_stderr_and_the_report_is_strict_json(tmp_path, small, factors):
+    fE, fX, fY = factors
+    path = tmp_path / "d.npz"
+    path.write_bytes(npz_bytes(dict(E=small.E * fE, X=small.X * fX, Y=small.Y * fY)))
+    proc = cli("build", path, "--out", tmp_path / "o", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert "Warning" not in proc.stderr and "Traceback" not in proc.stderr
+
+    def strict(name):
+        raise ValueError(f"{name} in report.json")
+    rep = json.loads((tmp_path / "o" / "report.json").read_text(), parse_constant=strict)
+    assert rep["float32"]["survives"] is False                            # beyond float32's range
+    for cmd in ("verify", "certify"):
+        proc = cli(cmd, tmp_path / "o" / "weights.npz", tmp_path / "o" / "data.npz")
+        assert proc.returncode == 0 and "Warning" not in proc.stderr, (cmd, proc.stderr)
