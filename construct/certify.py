@@ -242,20 +242,35 @@ def _finish(claims: dict) -> Certificate:
     for key in CLAIMS:
         if key in claims:
             claims[key] = {k: _round3(v, CLAIM_SCHEMA[k][0] == "upper") for k, v in claims[key].items()}
-    rank, mem = claims["rank"], claims["memorization"]
-    r, bound = rank["residual_inf_norm_bound"], mem["max_abs_error_bound"]
-    rank["proven"] = r is not None and r < 1.0 and claims["H"] * claims["d"] >= claims["T"]
-    if not rank["proven"]:
-        rank.pop("sigma_min_lower_bound", None)
-    mem["proven"] = bound is not None and bound <= claims["allowed"]
-    if "classification" in claims:
-        c = claims["classification"]
-        c["proven"] = bool(bound is not None and c["margin_lower_bound"] > max(bound, 0.0)
-                           and c["misclassified_upper_bound"] == 0)
+    for key, proven in _proven_by(claims).items():
+        claims[key]["proven"] = proven
+    if not claims["rank"]["proven"]:
+        claims["rank"].pop("sigma_min_lower_bound", None)
     for key, sentence in _sentences(claims).items():
         claims[key].update(sentence)
     passed = all(claims[key]["proven"] for key in CLAIMS if key in claims)
     return Certificate(claims, passed)
+
+
+def _proven_by(cert: dict) -> dict[str, bool]:
+    """What a certificate's own numbers prove, claim by claim: rank Z = T when the residual bound
+    is below 1 (and Z has at least T columns); memorization when the error bound is within
+    ``allowed``; zero misclassified when the margin exceeds the error bound."""
+    rank, mem = cert["rank"], cert["memorization"]
+    r, bound = rank.get("residual_inf_norm_bound"), mem.get("max_abs_error_bound")
+    out = {"rank": r is not None and r < 1.0 and cert["H"] * cert["d"] >= cert["T"],
+           "memorization": bound is not None and bound <= cert["allowed"]}
+    if "classification" in cert:
+        c = cert["classification"]
+        margin = c.get("margin_lower_bound")
+        out["classification"] = bool(bound is not None and margin is not None and margin > max(bound, 0.0)
+                                     and c.get("misclassified_upper_bound") == 0)
+    return out
+
+
+def _g(x) -> str:
+    """A certificate's number in its sentences (3 significant digits; ``?`` if there is none)."""
+    return f"{x:.3g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else "?"
 
 
 def _sentences(cert: dict) -> dict[str, dict[str, str]]:
@@ -278,23 +293,23 @@ def _sentences(cert: dict) -> dict[str, dict[str, str]]:
     elif r is None:
         out["rank"] = {"reason": "no finite approximate right inverse of Z was found"}
     else:
-        out["rank"] = {"reason": f"||I - ZX||_inf <= {r:.3g} is not below 1, so rank Z = T is not proven"}
+        out["rank"] = {"reason": f"||I - ZX||_inf <= {_g(r)} is not below 1, so rank Z = T is not proven"}
     if mem.get("proven"):
-        out["memorization"] = {"claim": f"max_t |f(E^(t), x^(t)) - y^(t)| <= {bound:.3g}"}
+        out["memorization"] = {"claim": f"max_t |f(E^(t), x^(t)) - y^(t)| <= {_g(bound)}"}
     elif bound is None:
         out["memorization"] = {"reason": budget}
     else:
-        out["memorization"] = {"reason": f"the bound {bound:.3g} on max_t |f - y| exceeds the allowed "
-                                         f"{cert['allowed']:.3g}"}
+        out["memorization"] = {"reason": f"the bound {_g(bound)} on max_t |f - y| exceeds the allowed "
+                                         f"{_g(cert['allowed'])}"}
     if "classification" in cert:
         c = cert["classification"]
         if c.get("proven"):
             out["classification"] = {"claim": f"zero of {T} examples misclassified: each true class beats every "
-                                              f"other by at least {c['margin_lower_bound']:.3g}"}
+                                              f"other by at least {_g(c.get('margin_lower_bound'))}"}
         else:
-            out["classification"] = {"reason": f"up to {c['misclassified_upper_bound']} example(s) may be "
-                                               f"misclassified; the margin bound {c['margin_lower_bound']:.3g} is "
-                                               "not above the error bound"}
+            out["classification"] = {"reason": f"up to {_g(c.get('misclassified_upper_bound'))} example(s) may be "
+                                               f"misclassified; the margin bound {_g(c.get('margin_lower_bound'))} "
+                                               "is not above the error bound"}
     return out
 
 
@@ -405,10 +420,17 @@ def read_certificate(text: str | bytes) -> dict:
     def no_constant(name: str):
         raise ValueError(f"{name} is not a JSON number")
 
+    def no_duplicates(pairs: list) -> dict:
+        keys = [k for k, _ in pairs]
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        if twice:                                 # readers differ on which value counts
+            raise ValueError(f"field {twice[0]!r} appears twice")
+        return dict(pairs)
+
     if len(text) > MAX_CERTIFICATE_BYTES:
         raise refuse(f"{len(text)} bytes is more than a certificate holds ({MAX_CERTIFICATE_BYTES} at most)")
     try:
-        cert = json.loads(text, parse_constant=no_constant)
+        cert = json.loads(text, parse_constant=no_constant, object_pairs_hook=no_duplicates)
     except (ValueError, RecursionError) as exc:
         raise refuse(f"not JSON ({str(exc)[:120]})") from None
     if not isinstance(cert, dict):
@@ -427,7 +449,7 @@ def read_certificate(text: str | bytes) -> dict:
                 if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
                     raise refuse(f"field {where}{key} is {json.dumps(value)[:40]}, not a "
                                  f"{' or '.join(k.__name__ for k in kinds).replace('NoneType', 'null')}")
-                if isinstance(value, float) and not math.isfinite(value):
+                if float in kinds and value is not None and not _finite_float(value):
                     raise refuse(f"field {where}{key} is not a finite number")
 
     typed("", cert, SCHEMA, [k for k in SCHEMA if k != "interval_bits"] + ["rank", "memorization"])
@@ -439,6 +461,13 @@ def read_certificate(text: str | bytes) -> dict:
                 raise refuse(f"field {key} is not an object")
             typed(f"{key}.", cert[key], CLAIM_SCHEMA, ["proven"])
     return cert
+
+
+def _finite_float(value) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:                              # an integer beyond float's range
+        return False
 
 
 def check_certificate(cert: dict, weights: Weights, data: Dataset) -> list[str]:
@@ -460,7 +489,13 @@ def check_certificate(cert: dict, weights: Weights, data: Dataset) -> list[str]:
         raise InputError("not a JSON-like object of numbers and strings", what="invalid certificate") from None
     fresh = certify(weights, data, tol=tolerance(cert["tol"], "the certificate's tol"),
                     method=cert["method"], bits=cert.get("interval_bits")).claims
-    return _compare("", cert, fresh, SCHEMA, cert)
+    problems = _compare("", cert, fresh, SCHEMA, cert)
+    # A weaker bound is still true, but "proven" must follow from the certificate's own numbers.
+    for key, proven in _proven_by(cert).items():
+        if key in cert and cert[key]["proven"] != proven:
+            problems.append(f"{key}.proven: the certificate's own numbers {'do' if proven else 'do not'} "
+                            f"prove it")
+    return problems
 
 
 def _compare(where: str, given: dict, fresh: dict, schema: dict, cert: dict) -> list[str]:

@@ -111,9 +111,9 @@ def write_atomic(path: str | os.PathLike, payload: bytes) -> None:
     except OSError as exc:
         raise _os_error(exc, path.name, path.parent) from None
     prefix = f".{path.name}."
-    for old in path.parent.glob(f"{prefix}*.tmp"):   # leftovers of killed writers
+    for old in _siblings(path.parent, prefix):       # leftovers of killed writers
         pid = old.name[len(prefix):].split(".")[0]
-        if pid.isdigit() and not _pid_alive(int(pid)):
+        if old.name.endswith(".tmp") and pid.isdigit() and not _pid_alive(int(pid)):
             old.unlink(missing_ok=True)
     tmp = path.parent / f"{prefix}{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
@@ -127,6 +127,14 @@ def write_atomic(path: str | os.PathLike, payload: bytes) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _siblings(folder: Path, prefix: str) -> list[Path]:
+    """Entries of ``folder`` whose names start with ``prefix`` (taken literally, not as a glob)."""
+    try:
+        return [folder / name for name in os.listdir(folder) if name.startswith(prefix)]
+    except OSError:
+        return []
 
 
 _AT_FDCWD = -100
@@ -192,14 +200,23 @@ class OutputFolder:
             missing.append(p)
         try:
             for p in reversed(missing):
-                p.mkdir()
+                try:
+                    p.mkdir()
+                except FileExistsError:                     # made by a concurrent writer: not ours
+                    continue
                 self._created.append(p)
             self._take_lock()
         except OSError as exc:
             self._undo()
             raise _os_error(exc, folder.name, parent) from None
         try:
-            for old in parent.glob(f"{self._hidden}-*"):        # leftovers of killed writers
+            leftovers = _siblings(parent, f"{self._hidden}-")     # of killed writers
+            olds = [p for p in leftovers if p.name.endswith("-old")]
+            if not folder.exists() and olds:
+                # killed between the two renames of the fallback: the old set comes back
+                os.rename(olds[0], folder)
+                leftovers.remove(olds[0])
+            for old in leftovers:
                 shutil.rmtree(old, ignore_errors=True)
             if folder.is_dir() and not self.force:
                 foreign = sorted(set(os.listdir(folder)) - self.names)
@@ -268,7 +285,7 @@ class OutputFolder:
             self._lock_path.unlink(missing_ok=True)      # still held: no one else can be using it
             os.close(self._lock)
             self._lock = None
-        for p in self._created:                           # folders made for an output never written
+        for p in reversed(self._created):                 # folders made for an output never written
             with contextlib.suppress(OSError):
                 p.rmdir()
         self._created.clear()

@@ -50,7 +50,10 @@ def tolerance(value, name: str = "tol") -> float:
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InputError(f"{name} must be a positive number, got {value!r}", what="invalid option")
-    tol = float(value)
+    try:
+        tol = float(value)
+    except OverflowError:                              # an integer beyond float's range
+        tol = math.inf
     if not (math.isfinite(tol) and tol > 0):
         raise InputError(f"{name} must be a finite positive number, got {tol!r}", what="invalid option")
     return tol

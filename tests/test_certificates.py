@@ -1,0 +1,845 @@
+"""Issue #11 part 1: a certificate is re-proven field by field by ``certify --check``, never trusted.
+
+Every number and every sentence of a certificate is recomputed from the two files: identities must
+be equal, upper bounds no smaller than the recomputed bound, lower bounds no larger, sentences
+equal to the one rendered from the certificate's own numbers; any other field rejects it. A
+malformed certificate is refused with exit 2 and one line on stderr, never a traceback.
+
+The engine's module is reached as ``C`` inside each test (not imported by name at the top), so
+that an engine without one of these names fails the tests that need it, not the whole file.
+"""
+
+import contextlib
+import copy
+import hashlib
+import io
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import construct
+import construct.certify as C
+from construct.cli import main
+from construct.errors import InputError
+
+PROPERTY = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+# ----------------------------------------------------------------------------------------------
+# Helpers and fixtures
+# ----------------------------------------------------------------------------------------------
+
+def cli(*argv):
+    """Run the CLI in-process: (exit code, stdout, stderr). An exception escaping ``main`` is a
+    traceback for a user, so it propagates and fails the test."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in argv])
+    return code, out.getvalue(), err.getvalue()
+
+
+def one_line_error(code, out, err):
+    """The contract for malformed input: exit 2, nothing on stdout, exactly one line on stderr."""
+    assert code == 2, (code, out, err)
+    assert out == ""
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    assert err.startswith("mha-construct certify: error: ")
+    assert "Traceback" not in err
+
+
+def rerender(cert):
+    """Replace every claim's sentence by the one rendered from the certificate's own numbers."""
+    for key, sentence in C._sentences(cert).items():
+        cert[key].pop("claim", None)
+        cert[key].pop("reason", None)
+        cert[key].update(sentence)
+    return cert
+
+
+def sentences_match(cert):
+    """Whether each claim's sentence is the one its numbers render to."""
+    return all(cert[key].get(k) == v for key, s in C._sentences(cert).items() for k, v in s.items())
+
+
+class Deadline(BaseException):
+    """Raised by the alarm; a BaseException so that no ``except Exception`` in the engine eats it."""
+
+
+@contextlib.contextmanager
+def deadline(seconds):
+    def fire(*_):
+        raise Deadline(f"still running after {seconds} s")
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+LABELS = np.array([2, 2, 0, 0, 2, 1, 2])          # three classes, each of 0 and 2 at least twice
+ONE_HOT = np.eye(3)[LABELS]                         # what as_dataset(E, X, labels=LABELS) makes of them
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    """Tiny problems, their files (written as build writes them), and certificates:
+
+    - ``float64``: classification data, ``certify --out`` (auto: float64), all proven;
+    - ``interval``: the same files, ``certify --method interval --out``, all proven;
+    - ``regression``: real labels, no classification claim, all proven;
+    - ``unproven_mem``: tol 1e-30 under float64: memorization not proven (rank proven);
+    - ``unproven_rank``: zero key/query maps on a shared context: rank Z = 1, not proven.
+    """
+    root = tmp_path_factory.mktemp("certificates")
+    reg = construct.synthetic("independent", T=7, n=3, d=4, seed=0)
+    cls = construct.as_dataset(reg.E, reg.X, ONE_HOT)  # see test_integer_labels_give_the_same_certificate
+    shared = construct.synthetic("shared", T=7, n=3, d=4, seed=1)
+    flat = construct.as_weights(W_K=np.zeros((3, 4, 3)), W_Q=np.zeros((3, 4, 3)), W_V=np.ones((3, 4, 1)),
+                                W_O=np.ones((3, 4)), W_D=np.ones((4, 1)))
+    problems = {"reg": (construct.build(reg, 3).weights, reg), "cls": (construct.build(cls, 3).weights, cls),
+                "flat": (flat, shared)}
+    paths = {}
+    for name, (w, d) in problems.items():
+        wp, dp = root / f"{name}_weights.npz", root / f"{name}_data.npz"
+        wp.write_bytes(w.to_bytes())
+        dp.write_bytes(d.to_bytes())
+        paths[name] = (wp, dp)
+
+    certs, files = {}, {}
+    for cname, pname, extra in (("float64", "cls", []), ("interval", "cls", ["--method", "interval"]),
+                                ("regression", "reg", [])):
+        out = root / f"{cname}.json"
+        code, stdout, _ = cli("certify", *paths[pname], "--out", out, *extra)
+        assert code == 0 and "PROVEN" in stdout, stdout
+        certs[cname], files[cname] = json.loads(out.read_text()), paths[pname]
+    for cname, pname, kwargs in (("unproven_mem", "reg", dict(tol=1e-30, method="float64")),
+                                 ("unproven_rank", "flat", dict(method="float64"))):
+        w, d = problems[pname]
+        certs[cname] = json.loads(json.dumps(C.certify(w, d, **kwargs).claims))
+        files[cname] = paths[pname]
+    return SimpleNamespace(root=root, problems=problems, paths=paths, certs=certs, files=files)
+
+
+def objects(env, name):
+    """(weights, data) objects of certificate ``name``."""
+    pname = {"float64": "cls", "interval": "cls", "regression": "reg", "unproven_mem": "reg",
+             "unproven_rank": "flat"}[name]
+    return env.problems[pname]
+
+
+def check_file(env, name, cert, tmp_path, raw=None):
+    """Write ``cert`` (or the raw text) and run ``certify --check`` on certificate ``name``'s files."""
+    path = tmp_path / "cert.json"
+    if raw is None:
+        path.write_text(json.dumps(cert, allow_nan=True))
+    elif isinstance(raw, bytes):
+        path.write_bytes(raw)
+    else:
+        path.write_text(raw)
+    w, d = env.files[name]
+    return cli("certify", w, d, "--check", path)
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. Honest certificates are accepted, and carry a format and a version
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["float64", "interval", "regression", "unproven_mem", "unproven_rank"])
+def test_an_honest_certificate_is_accepted(env, name, tmp_path):
+    cert = env.certs[name]
+    code, out, err = check_file(env, name, cert, tmp_path)
+    assert (code, err) == (0, "") and "ACCEPTED" in out, out
+    assert C.check_certificate(copy.deepcopy(cert), *objects(env, name)) == []
+
+
+def test_certificates_carry_format_version_and_only_schema_fields(env):
+    f64, iv, reg = env.certs["float64"], env.certs["interval"], env.certs["regression"]
+    for cert in env.certs.values():
+        assert cert["format"] == "mha-construct certificate" and cert["version"] == 2
+        assert set(cert) <= set(C.SCHEMA) | set(C.CLAIMS)
+        for key in C.CLAIMS:
+            if key in cert:
+                assert set(cert[key]) <= set(C.CLAIM_SCHEMA)
+                assert ("claim" in cert[key]) == cert[key]["proven"] != ("reason" in cert[key])
+    assert f64["method"] == "float64" and "interval_bits" not in f64
+    assert iv["method"] == "interval" and iv["interval_bits"] == 53 + C.EXTRA_BITS
+    assert all(f64[k]["proven"] and iv[k]["proven"] for k in ("rank", "memorization", "classification"))
+    assert "classification" not in reg and reg["memorization"]["proven"]
+    assert not env.certs["unproven_mem"]["memorization"]["proven"] and env.certs["unproven_mem"]["rank"]["proven"]
+    assert not env.certs["unproven_rank"]["rank"]["proven"]
+    # interval bounds are the tighter ones
+    assert iv["memorization"]["max_abs_error_bound"] < f64["memorization"]["max_abs_error_bound"]
+
+
+def test_the_certificate_names_the_files_by_their_canonical_sha256(env):
+    w, d = env.problems["cls"]
+    wp, dp = env.paths["cls"]
+    cert = env.certs["float64"]
+    assert cert["weights_sha256"] == hashlib.sha256(w.to_bytes()).hexdigest() == hashlib.sha256(wp.read_bytes()).hexdigest()
+    assert cert["data_sha256"] == hashlib.sha256(d.to_bytes()).hexdigest() == hashlib.sha256(dp.read_bytes()).hexdigest()
+
+
+def test_integer_labels_give_the_same_certificate(env, tmp_path):
+    """The classification dataset made from integer labels is the one-hot dataset of the fixture:
+    its certificate is accepted for a file holding the labels, and it has the classification claim."""
+    E, X = env.problems["cls"][1].E, env.problems["cls"][1].X
+    data = construct.as_dataset(E, X, labels=LABELS)
+    assert np.array_equal(data.Y, ONE_HOT)
+    w = env.problems["cls"][0]
+    cert = C.certify(w, data).claims
+    assert cert["classification"]["proven"] and cert["classification"]["classes"] == 3
+    assert C.check_certificate(json.loads(json.dumps(cert)), w, data) == []
+    dp = tmp_path / "labels.npz"
+    np.savez(dp, E=E, X=X, labels=LABELS)
+    cp = tmp_path / "c.json"
+    cp.write_text(json.dumps(cert))
+    code, out, _ = cli("certify", env.paths["cls"][0], dp, "--check", cp)
+    assert code == 0 and "ACCEPTED" in out, out
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. Forgeries: each edit is rejected (exit 1, REJECTED) and check_certificate lists a reason
+# ----------------------------------------------------------------------------------------------
+
+def _smaller_claim_text(c):
+    mem = c["memorization"]
+    b = mem["max_abs_error_bound"]
+    new = mem["claim"].replace(f"{b:.3g}", f"{b / 1000:.3g}")
+    assert new != mem["claim"]
+    mem["claim"] = new
+
+
+def _larger_margin_text(c):
+    cl = c["classification"]
+    new = cl["claim"].replace(f"{cl['margin_lower_bound']:.3g}", "5")
+    assert new != cl["claim"]
+    cl["claim"] = new
+
+
+def _set(path, value):
+    def edit(c):
+        obj = c
+        for k in path[:-1]:
+            obj = obj[k]
+        assert path[-1] in obj
+        obj[path[-1]] = value(obj[path[-1]]) if callable(value) else value
+    return edit
+
+
+def _delete(path):
+    def edit(c):
+        obj = c
+        for k in path[:-1]:
+            obj = obj[k]
+        del obj[path[-1]]
+    return edit
+
+
+def _add(path, key, value):
+    def edit(c):
+        obj = c
+        for k in path:
+            obj = obj[k]
+        assert key not in obj
+        obj[key] = value
+    return edit
+
+
+def _other_hex(h):
+    return ("0" if h[0] != "0" else "1") + h[1:]
+
+
+def _relabel_as_float64(c):
+    c["method"] = "float64"
+    del c["interval_bits"]
+
+
+FORGERIES = {
+    "sigma_min_lower_bound x 1e6": _set(("rank", "sigma_min_lower_bound"), lambda v: v * 1e6),
+    "memorization claim says a smaller bound": _smaller_claim_text,
+    "classification claim says a larger margin": _larger_margin_text,
+    "rank claim says another rank": _set(("rank", "claim"), "rank Z = 8"),
+    "max_abs_error_bound / 10": _set(("memorization", "max_abs_error_bound"), lambda v: v / 10),
+    "max_abs_error_bound = 0": _set(("memorization", "max_abs_error_bound"), 0.0),
+    "max_abs_error_bound = 0 and the claim re-rendered":
+        lambda c: rerender(_set(("memorization", "max_abs_error_bound"), 0.0)(c) or c),
+    "max_abs_error_bound = null": _set(("memorization", "max_abs_error_bound"), None),
+    "residual_inf_norm_bound = 0": _set(("rank", "residual_inf_norm_bound"), 0.0),
+    "residual_inf_norm_bound = null": _set(("rank", "residual_inf_norm_bound"), None),
+    "margin_lower_bound x 10": _set(("classification", "margin_lower_bound"), lambda v: v * 10),
+    "misclassified_upper_bound = -1": _set(("classification", "misclassified_upper_bound"), -1),
+    "classes changed": _set(("classification", "classes"), 4),
+    "T changed (8)": _set(("T",), 8),
+    "T changed (6) and sentences re-rendered": lambda c: rerender(_set(("T",), 6)(c) or c),
+    "n changed": _set(("n",), 4),
+    "d changed": _set(("d",), 5),
+    "d_o changed": _set(("d_o",), 1),
+    "H changed": _set(("H",), 4),
+    "weights_bits changed": _set(("weights_bits",), 64),
+    "allowed / 10": _set(("allowed",), lambda v: v / 10),
+    "allowed x 10": _set(("allowed",), lambda v: v * 10),
+    "tol x 10": _set(("tol",), lambda v: v * 10),
+    "tol / 10": _set(("tol",), lambda v: v / 10),
+    "weights_sha256 changed": _set(("weights_sha256",), _other_hex),
+    "data_sha256 changed": _set(("data_sha256",), _other_hex),
+    "unknown top-level field": _add((), "verified_by", "someone trustworthy"),
+    "unknown top-level number": _add((), "extra_bits", 7),
+    "unknown claim": _add((), "uniqueness", {"proven": True, "claim": "the weights are unique"}),
+    "unknown field inside a claim": _add(("memorization",), "note", "checked by hand"),
+    "unknown number inside a claim": _add(("rank",), "sigma_max_upper_bound", 1.0),
+    "sigma_min_lower_bound removed": _delete(("rank", "sigma_min_lower_bound")),
+    "max_abs_error_bound removed": _delete(("memorization", "max_abs_error_bound")),
+    "residual_inf_norm_bound removed": _delete(("rank", "residual_inf_norm_bound")),
+    "a claim's sentence removed": _delete(("memorization", "claim")),
+    "classification claim removed": _delete(("classification",)),
+    "rank proven flipped to false": _set(("rank", "proven"), False),
+}
+
+
+@pytest.mark.parametrize("name", ["float64", "interval"])
+@pytest.mark.parametrize("forgery", list(FORGERIES))
+def test_a_forged_certificate_is_rejected(env, name, forgery, tmp_path):
+    cert = copy.deepcopy(env.certs[name])
+    FORGERIES[forgery](cert)
+    assert cert != env.certs[name]
+    code, out, err = check_file(env, name, cert, tmp_path)
+    assert (code, err) == (1, ""), (code, out, err)
+    assert out.startswith("certificate REJECTED:") and "ACCEPTED" not in out
+    problems = C.check_certificate(copy.deepcopy(cert), *objects(env, name))
+    assert problems and all(isinstance(p, str) and p for p in problems)
+
+
+def test_an_interval_certificate_relabelled_as_float64_is_rejected(env, tmp_path):
+    # The interval bounds are tighter than what the float64 method proves: as a float64
+    # certificate they claim more than its method proves.
+    cert = copy.deepcopy(env.certs["interval"])
+    _relabel_as_float64(cert)
+    code, out, _ = check_file(env, "interval", cert, tmp_path)
+    assert code == 1 and "REJECTED" in out and "max_abs_error_bound" in out
+
+
+def test_a_forged_certificate_names_the_field(env):
+    w, d = objects(env, "float64")
+    cases = {
+        "rank.sigma_min_lower_bound": FORGERIES["sigma_min_lower_bound x 1e6"],
+        "memorization.claim": FORGERIES["memorization claim says a smaller bound"],
+        "rank.residual_inf_norm_bound": FORGERIES["residual_inf_norm_bound = 0"],
+        "T": FORGERIES["T changed (8)"],
+        "allowed": FORGERIES["allowed / 10"],
+        "weights_sha256": FORGERIES["weights_sha256 changed"],
+        "verified_by": FORGERIES["unknown top-level field"],
+        "memorization.note": FORGERIES["unknown field inside a claim"],
+        "rank.sigma_min_lower_bound:": FORGERIES["sigma_min_lower_bound removed"],
+    }
+    for field, forge in cases.items():
+        cert = copy.deepcopy(env.certs["float64"])
+        forge(cert)
+        problems = C.check_certificate(cert, w, d)
+        assert any(p.startswith(field) for p in problems), (field, problems)
+
+
+def _flip_memorization(cert, rendered):
+    cert["memorization"]["proven"] = True
+    if rendered:
+        rerender(cert)
+
+
+@pytest.mark.parametrize("rendered", [False, True], ids=["sentence kept", "sentence re-rendered"])
+@pytest.mark.parametrize("name, claim", [("unproven_mem", "memorization"), ("unproven_rank", "rank")])
+def test_proven_flipped_on_an_unproven_claim_is_rejected(env, name, claim, rendered, tmp_path):
+    cert = copy.deepcopy(env.certs[name])
+    assert cert[claim]["proven"] is False and "reason" in cert[claim]
+    cert[claim]["proven"] = True
+    if rendered:                               # the forger also writes the matching claim sentence
+        rerender(cert)
+        assert "claim" in cert[claim] and "reason" not in cert[claim]
+    code, out, err = check_file(env, name, cert, tmp_path)
+    assert (code, err) == (1, "") and "REJECTED" in out
+    assert f"{claim}.proven" in out
+    assert C.check_certificate(copy.deepcopy(cert), *objects(env, name))
+
+
+def test_a_reason_edited_on_an_unproven_claim_is_rejected(env, tmp_path):
+    cert = copy.deepcopy(env.certs["unproven_mem"])
+    cert["memorization"]["reason"] = "the bound is fine, really"
+    code, out, _ = check_file(env, "unproven_mem", cert, tmp_path)
+    assert code == 1 and "memorization.reason" in out
+    # a sigma_min bound added to an unproven rank claim is a field certify does not state
+    cert = copy.deepcopy(env.certs["unproven_rank"])
+    assert "sigma_min_lower_bound" not in cert["rank"]
+    cert["rank"]["sigma_min_lower_bound"] = 0.0
+    code, out, _ = check_file(env, "unproven_rank", cert, tmp_path)
+    assert code == 1 and "rank.sigma_min_lower_bound" in out
+
+
+@pytest.mark.parametrize("name", ["float64", "interval", "regression", "unproven_mem"])
+def test_every_claim_field_removed_is_rejected_never_a_crash(env, name, tmp_path):
+    """Removing any one field of any claim: ``proven`` is required (malformed, exit 2); any other
+    removal is a certificate that does not state what certify states (exit 1)."""
+    w, d = objects(env, name)
+    wrong = []
+    for key in C.CLAIMS:
+        for field in list(env.certs[name].get(key, {})):
+            cert = copy.deepcopy(env.certs[name])
+            del cert[key][field]
+            try:
+                code, out, err = check_file(env, name, cert, tmp_path)
+                if field == "proven":
+                    one_line_error(code, out, err)
+                    with pytest.raises(InputError):
+                        C.check_certificate(cert, w, d)
+                else:
+                    assert (code, err) == (1, ""), (code, out, err)
+                    assert "REJECTED" in out and f"{key}.{field}" in out
+                    assert C.check_certificate(cert, w, d)
+            except Exception as exc:              # noqa: BLE001 - collect every case, then fail
+                wrong.append(f"{key}.{field} removed: {type(exc).__name__}: {str(exc)[:150]}")
+    assert not wrong, "\n".join(wrong)
+
+
+# ----------------------------------------------------------------------------------------------
+# Properties: a stronger bound or a changed identity is rejected, whatever the sentences say;
+# a weaker bound is accepted exactly when the sentences still say what the numbers prove.
+# ----------------------------------------------------------------------------------------------
+
+EXACT_NUMBERS = ("T", "n", "d", "d_o", "H", "weights_bits", "tol", "allowed")
+
+
+def numeric_fields(cert, rules):
+    """(path, rule) of each numeric field of ``cert`` whose rule is one of ``rules``."""
+    out = [((k,), "exact") for k in EXACT_NUMBERS if "exact" in rules]
+    for key in C.CLAIMS:
+        for field, value in cert.get(key, {}).items():
+            rule = C.CLAIM_SCHEMA[field][0]
+            if rule in rules and isinstance(value, (int, float)) and not isinstance(value, bool):
+                out.append(((key, field), rule))
+    return out
+
+
+def get(cert, path):
+    return cert[path[0]] if len(path) == 1 else cert[path[0]][path[1]]
+
+
+def put(cert, path, value):
+    if len(path) == 1:
+        cert[path[0]] = value
+    else:
+        cert[path[0]][path[1]] = value
+
+
+CERT_NAMES = st.sampled_from(["float64", "interval", "regression", "unproven_mem"])
+
+
+@PROPERTY
+@given(name=CERT_NAMES, data=st.data(), factor=st.floats(1.001, 1e6), step=st.integers(1, 5),
+       rendered=st.booleans())
+def test_a_stronger_bound_or_a_changed_identity_is_rejected(env, name, data, factor, step, rendered):
+    cert = copy.deepcopy(env.certs[name])
+    path, rule = data.draw(st.sampled_from(numeric_fields(cert, ("exact", "upper", "lower"))), label="field")
+    value = get(cert, path)
+    if rule == "exact":
+        if isinstance(value, int):
+            new = value + data.draw(st.sampled_from([-1, 1]), label="sign") * step
+        else:                                   # tol, allowed: positive, changed by a factor
+            new = value * factor if data.draw(st.booleans(), label="up") else value / factor
+    elif rule == "upper":                       # smaller: claims more than is proven
+        new = value - step if isinstance(value, int) else value / factor
+    else:                                       # a lower bound made larger
+        new = value + step if isinstance(value, int) else value + max(abs(value), 1e-3) * (factor - 1)
+    assert new != value
+    put(cert, path, new)
+    if rendered:                                # even with every sentence made to match
+        rerender(cert)
+    problems = C.check_certificate(cert, *objects(env, name))
+    assert problems, (path, value, new)
+    # the problem names the field; tol is the recomputation's own parameter, so a changed tol
+    # shows as the allowed error it implies
+    named = "allowed" if path == ("tol",) else ".".join(path)
+    assert any(p.startswith(named + ":") for p in problems), (path, problems)
+
+
+@PROPERTY
+@given(name=CERT_NAMES, data=st.data(), factor=st.floats(1.001, 1e6), step=st.integers(1, 5))
+def test_a_weaker_bound_is_accepted_exactly_when_its_sentences_match(env, name, data, factor, step):
+    original = env.certs[name]
+    path, rule = data.draw(st.sampled_from(numeric_fields(original, ("upper", "lower"))), label="field")
+    value = get(original, path)
+    if rule == "upper":                         # larger: weaker, still true
+        new = value + step if isinstance(value, int) else value * factor
+    else:                                       # smaller: weaker, still true
+        new = value - step if isinstance(value, int) else value - max(abs(value), 1e-3) * (factor - 1)
+    cert = copy.deepcopy(original)
+    put(cert, path, new)
+    w, d = objects(env, name)
+    # "proven" must still follow from the certificate's own (weaker) numbers.
+    consistent = all(cert[k]["proven"] == v for k, v in C._proven_by(cert).items())
+    # Sentences left as they were: accepted if and only if they still render from the numbers.
+    problems = C.check_certificate(copy.deepcopy(cert), w, d)
+    assert (problems == []) == (sentences_match(cert) and consistent), (path, new, problems)
+    assert all(".claim:" in p or ".reason:" in p or ".proven:" in p for p in problems)
+    # Sentences rendered again from the weaker numbers: accepted unless "proven" lost its support.
+    assert (C.check_certificate(rerender(cert), w, d) == []) == consistent
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. Malformed certificates: exit 2, one line on stderr, no traceback
+# ----------------------------------------------------------------------------------------------
+
+def _edited(edit):
+    def make(cert):
+        c = copy.deepcopy(cert)
+        edit(c)
+        return json.dumps(c, allow_nan=True)
+    return make
+
+
+def _deep_field(c):
+    nested = 1
+    for _ in range(100):
+        nested = {"a": nested}
+    c["T"] = nested
+
+
+MALFORMED = {
+    "not JSON": lambda c: "this is not a certificate",
+    "empty file": lambda c: "",
+    "binary garbage": lambda c: b"\xff\xfe\x00\x81garbage\x00",
+    "truncated JSON": lambda c: json.dumps(c)[:-10],
+    "a JSON list": lambda c: json.dumps([c]),
+    "a JSON string": lambda c: json.dumps("mha-construct certificate"),
+    "a JSON number": lambda c: "2",
+    "T is a string": _edited(_set(("T",), "7")),
+    "T is a float": _edited(_set(("T",), 7.0)),
+    "T is a bool": _edited(_set(("T",), True)),
+    "a bound is a string": _edited(_set(("memorization", "max_abs_error_bound"), "1e-12")),
+    "proven is a string": _edited(_set(("rank", "proven"), "true")),
+    "a sha256 is a number": _edited(_set(("weights_sha256",), 12345)),
+    "rank missing": _edited(_delete(("rank",))),
+    "memorization missing": _edited(_delete(("memorization",))),
+    "tol missing": _edited(_delete(("tol",))),
+    "data_sha256 missing": _edited(_delete(("data_sha256",))),
+    "a claim is not an object": _edited(_set(("rank",), [1, 2])),
+    "proven missing from a claim": _edited(_delete(("memorization", "proven"))),
+    "NaN in a bound": _edited(_set(("memorization", "max_abs_error_bound"), float("nan"))),
+    "NaN in tol": _edited(_set(("tol",), float("nan"))),
+    "Infinity in a lower bound": _edited(_set(("rank", "sigma_min_lower_bound"), float("inf"))),
+    "-Infinity in allowed": _edited(_set(("allowed",), float("-inf"))),
+    "1e999 (overflows to inf)": lambda c: json.dumps(c).replace(
+        '"max_abs_error_bound": ' + json.dumps(c["memorization"]["max_abs_error_bound"]),
+        '"max_abs_error_bound": 1e999', 1),
+    "a 5000-digit integer": lambda c: json.dumps(c).replace('"T": 7', '"T": ' + "7" * 5000, 1),
+    "old format, no version": _edited(lambda c: (c.update(format="mha-construct certificate 1"),
+                                                 c.pop("version"))),
+    "old format name": _edited(_set(("format",), "mha-construct certificate 1")),
+    "another format": _edited(_set(("format",), "something else")),
+    "version 3": _edited(_set(("version",), 3)),
+    "version 1": _edited(_set(("version",), 1)),
+    "version '2'": _edited(_set(("version",), "2")),
+    "version 2.0": _edited(_set(("version",), 2.0)),
+    "version missing": _edited(_delete(("version",))),
+    "unknown method": _edited(_set(("method",), "trust-me")),
+    "interval_bits with the float64 method": _edited(_add((), "interval_bits", 85)),
+    "tol = 0": _edited(_set(("tol",), 0)),
+    "tol < 0": _edited(_set(("tol",), -1e-8)),
+    "100-deep nested list": lambda c: "[" * 100 + "]" * 100,
+    "100-deep nesting in a field": _edited(_deep_field),
+    "100000-deep nesting": lambda c: '{"a": ' * 100_000 + "1" + "}" * 100_000,
+    "a file over 1 MiB": lambda c: json.dumps({**c, "padding": "x" * (2 << 20)}),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_a_malformed_certificate_is_one_line_exit_2(env, case, tmp_path):
+    raw = MALFORMED[case](env.certs["float64"])
+    one_line_error(*check_file(env, "float64", None, tmp_path, raw=raw))
+
+
+@pytest.mark.parametrize("case", ["not JSON", "a JSON list", "T is a string", "rank missing", "NaN in a bound",
+                                  "old format, no version", "version 3", "100000-deep nesting"])
+def test_read_certificate_refuses_malformed_text(env, case):
+    raw = MALFORMED[case](env.certs["float64"])
+    with pytest.raises(InputError) as exc:
+        C.read_certificate(raw)
+    assert "\n" not in str(exc.value) and str(exc.value).startswith("invalid certificate: ")
+
+
+def test_check_certificate_refuses_a_dict_that_is_not_a_certificate(env):
+    w, d = objects(env, "float64")
+    for bad in ({**env.certs["float64"], "tol": float("nan")}, {**env.certs["float64"], "T": {1, 2}}, {},
+                {**env.certs["float64"], "version": None}):
+        with pytest.raises(InputError):
+            C.check_certificate(copy.deepcopy(bad), w, d)
+
+
+def test_a_duplicated_key_is_not_accepted(env, tmp_path):
+    """JSON with a key twice: Python keeps the last value, other readers the first. A certificate
+    whose text states a number the check never compared (sigma_min x 1e6 first, the true value
+    second) must not be accepted: rejected (exit 1) or refused as malformed (exit 2)."""
+    text = json.dumps(env.certs["float64"])
+    forged = text.replace('"rank": {', '"rank": {"sigma_min_lower_bound": 1000000.0, ', 1)
+    assert forged != text and forged.count("sigma_min_lower_bound") == 2
+    code, out, err = check_file(env, "float64", None, tmp_path, raw=forged)
+    assert code in (1, 2) and "ACCEPTED" not in out, (code, out, err)
+    if code == 2:
+        one_line_error(code, out, err)
+
+
+def test_a_missing_certificate_file_is_exit_2(env, tmp_path):
+    w, d = env.files["float64"]
+    one_line_error(*cli("certify", w, d, "--check", tmp_path / "nowhere.json"))
+
+
+@pytest.mark.parametrize("flags", [["--tol", "1e-3"], ["--out", "OUT"], ["--method", "float64"],
+                                   ["--method", "interval"], ["--tol", "1e-8", "--out", "OUT"]])
+def test_check_refuses_tol_out_and_method(env, flags, tmp_path):
+    path = tmp_path / "cert.json"
+    path.write_text(json.dumps(env.certs["float64"]))
+    flags = [str(tmp_path / "written.json") if f == "OUT" else f for f in flags]
+    w, d = env.files["float64"]
+    one_line_error(*cli("certify", w, d, "--check", path, *flags))
+    assert not (tmp_path / "written.json").exists()
+
+
+@pytest.mark.parametrize("bits", [100_000, 10**12, 86, 20, 52, 0, -5])
+def test_interval_bits_out_of_bounds_are_refused_at_once(env, bits, tmp_path):
+    """The interval precision read from a certificate is at most what certify uses (53 + 32 for
+    float64 weights) and at least 53; anything else is refused before any arithmetic is done."""
+    cert = copy.deepcopy(env.certs["interval"])
+    cert["interval_bits"] = bits
+    started = time.perf_counter()
+    with deadline(10):                          # an engine that computes at 100000 bits takes ~40 s
+        result = check_file(env, "interval", cert, tmp_path)
+    elapsed = time.perf_counter() - started
+    one_line_error(*result)
+    assert "bits" in result[2]
+    assert elapsed < 0.5, elapsed
+
+
+@pytest.mark.parametrize("value", [True, 85.0, "85", None])
+def test_interval_bits_of_another_type_are_refused(env, value, tmp_path):
+    cert = copy.deepcopy(env.certs["interval"])
+    cert["interval_bits"] = value
+    with deadline(10):
+        one_line_error(*check_file(env, "interval", cert, tmp_path))
+
+
+def test_interval_bits_bound_follows_the_weights_precision(tmp_path):
+    """128-bit weights: certify works at 128 + 32 = 160 bits; a certificate may say up to 160, and
+    161 is refused at once."""
+    data = construct.synthetic("independent", T=7, n=3, d=4, seed=0)
+    w = construct.build(data, 3, precision="128").weights
+    assert w.bits == 128
+    wp, dp, cp = tmp_path / "w.npz", tmp_path / "d.npz", tmp_path / "c.json"
+    wp.write_bytes(w.to_bytes())
+    dp.write_bytes(data.to_bytes())
+    code, out, _ = cli("certify", wp, dp, "--out", cp)
+    assert code == 0 and "PROVEN" in out
+    cert = json.loads(cp.read_text())
+    assert (cert["method"], cert["interval_bits"], cert["weights_bits"]) == ("interval", 160, 128)
+    code, out, _ = cli("certify", wp, dp, "--check", cp)
+    assert code == 0 and "ACCEPTED" in out
+    cert["interval_bits"] = 161
+    cp.write_text(json.dumps(cert))
+    started = time.perf_counter()
+    with deadline(10):
+        result = cli("certify", wp, dp, "--check", cp)
+    one_line_error(*result)
+    assert time.perf_counter() - started < 0.5
+    # the float64 method cannot be claimed for high-precision weights: a parameter out of bounds
+    cert["interval_bits"] = 160
+    _relabel_as_float64(cert)
+    cp.write_text(json.dumps(cert))
+    one_line_error(*cli("certify", wp, dp, "--check", cp))
+
+
+def test_a_smaller_but_valid_interval_precision_is_recomputed_at_that_precision(env, tmp_path):
+    """interval_bits = 60 is within bounds: the check runs at 60 bits, where the 85-bit residual
+    bound of the certificate cannot be proven."""
+    cert = copy.deepcopy(env.certs["interval"])
+    cert["interval_bits"] = 60
+    code, out, _ = check_file(env, "interval", cert, tmp_path)
+    assert code == 1 and "rank.residual_inf_norm_bound" in out
+
+
+BIG = 10**400                                   # a JSON integer no float can hold
+
+
+@pytest.mark.parametrize("path, value, outcomes", [
+    # weaker and true, and no sentence renders it: accepting it is right (refusing it is allowed)
+    pytest.param(("rank", "sigma_min_lower_bound"), -BIG, (0, 2), id="sigma_min=-BIG"),
+    # weaker, but then "zero misclassified" no longer follows from the certificate's numbers
+    pytest.param(("classification", "misclassified_upper_bound"), BIG, (1, 2), id="misclassified=BIG"),
+    # a sentence renders it, or it claims more than is proven, or it is a parameter
+    pytest.param(("memorization", "max_abs_error_bound"), BIG, (1, 2), id="max_abs_error=BIG"),
+    pytest.param(("rank", "sigma_min_lower_bound"), BIG, (1, 2), id="sigma_min=BIG"),
+    pytest.param(("classification", "margin_lower_bound"), -BIG, (1, 2), id="margin=-BIG"),
+    pytest.param(("classification", "margin_lower_bound"), BIG, (1, 2), id="margin=BIG"),
+    pytest.param(("tol",), BIG, (1, 2), id="tol=BIG"),
+    pytest.param(("allowed",), BIG, (1, 2), id="allowed=BIG"),
+    pytest.param(("T",), BIG, (1, 2), id="T=BIG"),
+])
+def test_an_integer_beyond_float_range_is_never_a_traceback(env, path, value, outcomes, tmp_path):
+    """JSON integers are unbounded. A number too large for a float is malformed (exit 2, one
+    line), a field that does not hold (exit 1), or a weaker true bound (exit 0); never a crash."""
+    cert = copy.deepcopy(env.certs["float64"])
+    put(cert, path, value)
+    code, out, err = check_file(env, "float64", cert, tmp_path)
+    assert code in outcomes, (code, out, err)
+    if code == 2:
+        one_line_error(code, out, err)
+    else:
+        assert err == "" and ("ACCEPTED" if code == 0 else "REJECTED") in out
+
+
+def test_a_malformed_certificate_shows_no_traceback_from_the_console_script(env, tmp_path):
+    """End to end, in a fresh interpreter: what a user sees on stderr."""
+    w, d = env.files["float64"]
+    cases = {"garbage.json": "{not json", "list.json": "[]",
+             "big.json": json.dumps({**env.certs["float64"], "tol": 10**400}),
+             "nomargin.json": json.dumps({**env.certs["float64"], "classification": {
+                 k: v for k, v in env.certs["float64"]["classification"].items() if k != "margin_lower_bound"}})}
+    wrong = []
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text)
+        run = subprocess.run([sys.executable, "-m", "construct", "certify", str(w), str(d), "--check",
+                              str(tmp_path / name)], capture_output=True, text=True, timeout=120,
+                             cwd=Path(C.__file__).resolve().parents[1])
+        if "Traceback" in run.stderr or run.returncode not in (1, 2) or (
+                run.returncode == 2 and run.stderr.count("\n") != 1):
+            wrong.append(f"{name}: exit {run.returncode}, stderr ends {run.stderr[-160:]!r}")
+    assert not wrong, "\n".join(wrong)
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. Files saved with plain np.savez: the certificate is of the arrays as read
+# ----------------------------------------------------------------------------------------------
+
+def _plain_files(tmp_path, kind):
+    """Files written by np.savez (not by build), in the dtypes a user may have."""
+    rng = np.random.default_rng(5)
+    if kind == "float32 data, integer labels":
+        E = rng.random((7, 3, 4)).astype(np.float32)
+        X = rng.random((7, 4)).astype(np.float32)
+        arrays = {"E": E, "X": X, "labels": LABELS.astype(np.int32)}
+        data = construct.as_dataset(E, X, np.eye(3)[arrays["labels"]])
+    else:                                       # integer contexts, queries and targets
+        E, X = rng.integers(-9, 10, (7, 3, 4)), rng.integers(-9, 10, (7, 4))
+        arrays = {"E": E, "X": X, "Y": rng.integers(0, 5, (7, 1))}
+        data = construct.as_dataset(E, X, arrays["Y"])
+    w = construct.build(data, 3).weights
+    weights = {"W_K": w.W_K, "W_Q": w.W_Q, "W_V": w.W_V, "W_O": w.W_O, "W_D": w.W_D, "skip": np.bool_(False)}
+    if kind == "float32 weights":
+        weights = {k: v.astype(np.float32) if k != "skip" else v for k, v in weights.items()}
+    wp, dp = tmp_path / "w.npz", tmp_path / "d.npz"
+    np.savez(wp, **weights)
+    np.savez(dp, **arrays)
+    return wp, dp, arrays
+
+
+@pytest.mark.parametrize("kind", ["float32 data, integer labels", "integer data", "float32 weights"])
+def test_a_certificate_for_plain_savez_files_is_accepted_on_those_files(kind, tmp_path):
+    wp, dp, arrays = _plain_files(tmp_path, kind)
+    cert = tmp_path / "cert.json"
+    code, out, err = cli("certify", wp, dp, "--out", cert)
+    assert code in (0, 1) and err == "" and cert.exists(), (code, out, err)
+    if kind != "float32 weights":
+        assert code == 0 and "PROVEN" in out
+    written = json.loads(cert.read_text())
+    data = construct.load_dataset(dp)
+    assert written["data_sha256"] == hashlib.sha256(data.to_bytes()).hexdigest()
+    assert written["data_sha256"] != hashlib.sha256(dp.read_bytes()).hexdigest()
+    assert written["weights_sha256"] == hashlib.sha256(construct.load_weights(wp).to_bytes()).hexdigest()
+    code, out, err = cli("certify", wp, dp, "--check", cert)
+    assert (code, err) == (0, "") and "ACCEPTED" in out, out
+
+    # the same arrays saved another way (compressed, other key order) give the same certificate
+    dp2 = tmp_path / "d2.npz"
+    np.savez_compressed(dp2, **dict(reversed(list(arrays.items()))))
+    code, out, _ = cli("certify", wp, dp2, "--check", cert)
+    assert code == 0 and "ACCEPTED" in out, out
+
+    # one label changed: rejected
+    changed = dict(arrays)
+    if "labels" in changed:
+        lab = changed["labels"].copy()
+        lab[0] = 0 if lab[0] != 0 else 2            # every class is still present
+        changed["labels"] = lab
+    else:
+        Y = changed["Y"].copy()
+        Y[3, 0] += 1
+        changed["Y"] = Y
+    dp3 = tmp_path / "d3.npz"
+    np.savez(dp3, **changed)
+    code, out, err = cli("certify", wp, dp3, "--check", cert)
+    assert (code, err) == (1, "") and "REJECTED" in out and "data_sha256" in out, (code, out, err)
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. The rule is "at least as strong", not a string compare
+# ----------------------------------------------------------------------------------------------
+
+WEAKER = {
+    "max error bound raised to 1e-9, claim re-rendered":
+        lambda c: rerender(_set(("memorization", "max_abs_error_bound"), 1e-9)(c) or c),
+    "sigma_min lower bound lowered to 1e-3": _set(("rank", "sigma_min_lower_bound"), 1e-3),
+    "sigma_min lower bound lowered to 0": _set(("rank", "sigma_min_lower_bound"), 0),
+    "residual bound raised to 0.5": _set(("rank", "residual_inf_norm_bound"), 0.5),
+    "margin lowered to 0.5, claim re-rendered":
+        lambda c: rerender(_set(("classification", "margin_lower_bound"), 0.5)(c) or c),
+    "every bound weakened at once, sentences re-rendered": lambda c: rerender(
+        [_set(p, v)(c) for p, v in ((("memorization", "max_abs_error_bound"), 2e-9),
+                                    (("rank", "residual_inf_norm_bound"), 0.9),
+                                    (("rank", "sigma_min_lower_bound"), 0.01),
+                                    (("classification", "margin_lower_bound"), 0.25))] and c),
+    "a bound written as an integer": _set(("rank", "sigma_min_lower_bound"), 0),
+    "keys in another order": lambda c: [c.update({k: c.pop(k)}) for k in list(c)[::-1]] and None,
+}
+
+
+@pytest.mark.parametrize("name", ["float64", "interval"])
+@pytest.mark.parametrize("edit", list(WEAKER))
+def test_a_weaker_but_consistent_certificate_is_accepted(env, name, edit, tmp_path):
+    cert = copy.deepcopy(env.certs[name])
+    WEAKER[edit](cert)
+    code, out, err = check_file(env, name, cert, tmp_path)
+    assert (code, err) == (0, "") and "ACCEPTED" in out, out
+    assert C.check_certificate(copy.deepcopy(cert), *objects(env, name)) == []
+
+
+@pytest.mark.parametrize("edit", [
+    _set(("classification", "misclassified_upper_bound"), 2),
+    lambda c: rerender(_set(("memorization", "max_abs_error_bound"), 1.0)(c) or c),
+    lambda c: rerender(_set(("classification", "margin_lower_bound"), 1e-30)(c) or c),
+], ids=["misclassified 2, still proven", "error bound above allowed, still proven", "margin below the error"])
+def test_a_weaker_bound_that_no_longer_supports_proven_is_rejected(env, edit, tmp_path):
+    cert = copy.deepcopy(env.certs["float64"])
+    edit(cert)
+    code, out, _ = check_file(env, "float64", cert, tmp_path)
+    assert code == 1 and ".proven: the certificate's own numbers do not prove it" in out, out
+
+
+def test_a_weaker_bound_with_a_stale_sentence_is_rejected(env, tmp_path):
+    cert = copy.deepcopy(env.certs["float64"])
+    cert["memorization"]["max_abs_error_bound"] = 1e-9          # true, weaker, but the claim says less
+    code, out, _ = check_file(env, "float64", cert, tmp_path)
+    assert code == 1 and "memorization.claim" in out and "max_abs_error_bound" not in out
+
+
+def test_the_same_number_spelled_differently_in_a_sentence_is_rejected(env, tmp_path):
+    cert = copy.deepcopy(env.certs["float64"])
+    b = cert["memorization"]["max_abs_error_bound"]
+    cert["memorization"]["claim"] = cert["memorization"]["claim"].replace(f"{b:.3g}", f"{b:.3e}")
+    assert cert["memorization"]["claim"] != env.certs["float64"]["memorization"]["claim"]
+    code, out, _ = check_file(env, "float64", cert, tmp_path)
+    assert code == 1 and "memorization.claim" in out
