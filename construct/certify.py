@@ -234,7 +234,8 @@ def _round3(x, up: bool):
         return x
     exact = Decimal(x)
     step = Decimal(1).scaleb(exact.adjusted() - 2)
-    return float(exact.quantize(step, rounding=ROUND_CEILING if up else ROUND_FLOOR))
+    rounded = float(exact.quantize(step, rounding=ROUND_CEILING if up else ROUND_FLOOR))
+    return rounded if math.isfinite(rounded) else x          # next to float's largest: as it is
 
 
 def _finish(claims: dict) -> Certificate:
