@@ -120,7 +120,7 @@ def _cmd_verify(args) -> int:
 
 
 def _cmd_certify(args) -> int:
-    from .certify import METHOD_DESCRIPTIONS, check_certificate, certify, read_certificate
+    from .certify import MAX_CERTIFICATE_BYTES, METHOD_DESCRIPTIONS, check_certificate, certify, read_certificate
     from .data import load_dataset
     from .io import json_bytes, write_atomic
     from .limits import tolerance
@@ -134,7 +134,7 @@ def _cmd_certify(args) -> int:
             raise InputError(f"{', '.join(clash)} cannot be given with --check: the certificate states its own "
                              "method and tolerance, and --check writes nothing", what="invalid arguments")
         try:
-            if Path(args.check).stat().st_size > (1 << 20):
+            if Path(args.check).stat().st_size > MAX_CERTIFICATE_BYTES:     # refused before it is read
                 raise InputError(f"{args.check}: larger than a certificate can be", what="invalid certificate")
             text = Path(args.check).read_bytes()
         except OSError as exc:
