@@ -21,7 +21,7 @@ import secrets
 import shutil
 import zipfile
 from pathlib import Path
-from typing import Any, Collection, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 

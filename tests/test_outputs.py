@@ -249,6 +249,8 @@ def large_set(tag, sizes=((3 << 20) + 123, (5 << 19) + 7, (1 << 20) + 5)):
     files["report.json"] = json.dumps({n: hashlib.sha256(p).hexdigest() for n, p in files.items()}).encode()
     return files
 '''
+# One copy of the large set's definitions (LARGE, large_set, OLD, NEW) serves this process and
+# the child script that kills itself mid-publish: it is run here and prepended to that script.
 exec(SET_CODE)
 
 KILL_SCRIPT = SET_CODE + textwrap.dedent('''
