@@ -20,7 +20,7 @@ import numpy as np
 
 from .data import Dataset
 from .enclose import gamma
-from .linalg import EPS, numerical_rank
+from .arith import EPS, FLOAT64, numerical_rank
 
 SAMPLED_TRIALS = 5000
 SAMPLED_THRESHOLD = 0.99
@@ -30,7 +30,7 @@ EXACT_BUDGET = 20_000
 def kruskal_rank(V: np.ndarray, budget: int = EXACT_BUDGET) -> int | None:
     """Exact Kruskal rank of the rows of ``V`` (m, d); None if it would check more than ``budget`` subsets.
 
-    Every subset's rank is decided with :func:`construct.linalg.rank_tol`.
+    Every subset's rank is decided with :func:`construct.arith.rank_tol`.
     """
     m = V.shape[0]
     top = min(m, V.shape[1])
@@ -53,7 +53,7 @@ def sampled_independence(V: np.ndarray, size: int, trials: int = SAMPLED_TRIALS,
         return 0.0
     rng = np.random.default_rng(seed)
     idx = np.stack([rng.choice(m, size=size, replace=False) for _ in range(trials)])
-    s = np.linalg.svd(V[idx], compute_uv=False)                  # (trials, size), batched
+    s = FLOAT64.svdvals(V[idx])                                  # (trials, size), batched
     tol = max(size, V.shape[1]) * EPS * s[:, :1]
     return float(np.mean((s > tol).all(axis=1)))
 
@@ -61,7 +61,7 @@ def sampled_independence(V: np.ndarray, size: int, trials: int = SAMPLED_TRIALS,
 def a2_violations(E: np.ndarray) -> np.ndarray:
     """Indices of the examples whose context ``E^(t)`` (n, d) is not of full row rank ``n``.
 
-    The rank is decided by :func:`construct.linalg.rank_tol` on the singular values of each
+    The rank is decided by :func:`construct.arith.rank_tol` on the singular values of each
     context. Contexts that :func:`_clearly_full_rank` certifies skip the singular values (a
     batched Cholesky is about a sixth of a batched SVD); the others get them.
     """
@@ -71,7 +71,7 @@ def a2_violations(E: np.ndarray) -> np.ndarray:
     unknown = np.flatnonzero(~_clearly_full_rank(E))
     if unknown.size == 0:
         return unknown
-    s = np.linalg.svd(E[unknown], compute_uv=False)
+    s = FLOAT64.svdvals(E[unknown])
     tol = max(n, d) * EPS * s[:, :1]
     return unknown[(s <= tol).any(axis=1)]
 
@@ -91,9 +91,7 @@ def _clearly_full_rank(E: np.ndarray) -> np.ndarray:
     G = E @ E.transpose(0, 2, 1)
     fro2 = np.trace(G, axis1=1, axis2=2) * (1 + gamma(d))       # ≥ ‖E^(t)‖_F²
     tau = (2 * max(n, d) * EPS) ** 2 * fro2 + 2 * (gamma(d) + gamma(n + 1)) * fro2
-    try:
-        np.linalg.cholesky(G - tau[:, None, None] * np.eye(n))
-    except np.linalg.LinAlgError:
+    if not FLOAT64.positive_definite(G - tau[:, None, None] * np.eye(n)):
         return np.zeros(T, dtype=bool)
     return fro2 > 0
 

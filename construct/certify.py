@@ -24,22 +24,20 @@ recorded as not proven, with the reason.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
-import mpmath
 import numpy as np
-import scipy.linalg as sla
 
-from . import enclose, precision
+from . import enclose
+from .arith import FLOAT64, Interval
 from .data import Dataset, checked
 from .errors import InputError
 from .io import sha256
 from .limits import integer, tolerance
-from .model import Weights, check_compatible, checked_weights, output_from_features
+from .model import Weights, check_compatible, checked_weights, feature_matrix, output_from_features
 from .verify import DEFAULT_TOL
 
 FORMAT = "mha-construct certificate"
@@ -49,54 +47,6 @@ VERSION = 2
 INTERVAL_BUDGET = 1_000_000
 # Bits of the interval arithmetic beyond the weights' own precision.
 EXTRA_BITS = 32
-
-_iv_exp = np.frompyfunc(lambda v: mpmath.iv.exp(v), 1, 1)
-
-
-@contextlib.contextmanager
-def _iv_precision(bits: int):
-    """mpmath's interval context at ``bits`` bits (it has no ``workprec`` of its own)."""
-    saved = mpmath.iv.prec
-    mpmath.iv.prec = bits
-    try:
-        yield
-    finally:
-        mpmath.iv.prec = saved
-
-
-def _iv(A: np.ndarray) -> np.ndarray:
-    """Point intervals holding the exact values of ``A`` (float64 or ``mpf``)."""
-    return np.frompyfunc(lambda v: mpmath.iv.mpf(v), 1, 1)(np.asarray(A, dtype=object)).astype(object)
-
-
-def _upper(A: np.ndarray) -> np.ndarray:
-    """Upper ends of the intervals, rounded up to float64."""
-    return np.frompyfunc(lambda v: float(mpmath.fadd(mpmath.mpf(v.b), 0, rounding="u", prec=53)), 1, 1)(
-        A).astype(np.float64)
-
-
-def _abs_upper(A: np.ndarray) -> np.ndarray:
-    """Upper bounds on ``|A|`` (rounded up to float64)."""
-    def f(v):
-        m = max(abs(mpmath.mpf(v.a)), abs(mpmath.mpf(v.b)))
-        return float(mpmath.fadd(m, 0, rounding="u", prec=53))
-    return np.frompyfunc(f, 1, 1)(A).astype(np.float64)
-
-
-def _features(E: np.ndarray, X: np.ndarray, weights_iv: Weights) -> np.ndarray:
-    """Enclosure of ``Z`` (T, H·d): every head's ``E^T softmax(E W_K W_Q^T x)``."""
-    T, n, d = E.shape
-    blocks = []
-    for h in range(weights_iv.H):
-        w = (X @ weights_iv.W_Q[h]) @ weights_iv.W_K[h].T                # (T, d): W_K W_Q^T x
-        logits = np.einsum("tnd,td->tn", E, w)
-        # Shift by a point value (the midpoint of the first logit): exact, and keeps exp in range.
-        shift = np.array([[mpmath.iv.mpf(mpmath.mpf(row[0].mid))] for row in logits], dtype=object)
-        e = _iv_exp(logits - shift).astype(object)
-        s = e / e.sum(axis=1, keepdims=True)
-        blocks.append(np.einsum("tnd,tn->td", E, s))
-    return np.concatenate(blocks, axis=1)
-
 
 @dataclass(frozen=True)
 class Certificate:
@@ -208,18 +158,17 @@ def certify(weights: Weights, data: Dataset, *, tol: float = DEFAULT_TOL, bits: 
 
 def _interval_claims(weights: Weights, data: Dataset, bits: int) -> dict:
     """The claims' numbers by mpmath's interval arithmetic at ``bits`` bits."""
-    with _iv_precision(bits), mpmath.mp.workprec(bits):
-        w = weights.map(_iv)
-        E, X, Y = _iv(data.E), _iv(data.X), _iv(data.Y)
-        Z = _features(E, X, w)
-        out = output_from_features(Z, X, w)                     # the model's own readout, on intervals
-        error_bound = float(_abs_upper(out - Y).max())
-        claims = {"memorization": {"max_abs_error_bound": error_bound}, "rank": _rank_claim(Z, data.T)}
+    iv = Interval(bits)
+    with iv.working():
+        w = weights.map(iv.asarray)
+        E, X, Y = iv.asarray(data.E), iv.asarray(data.X), iv.asarray(data.Y)
+        Z = feature_matrix(E, X, w, iv)                         # the model's own forward pass and
+        out = output_from_features(Z, X, w, iv)                 # readout, on intervals
+        error_bound = float(iv.magnitude(out - Y).max())
+        claims = {"memorization": {"max_abs_error_bound": error_bound}, "rank": _rank_claim(iv, Z, data.T)}
         labels = _one_hot_classes(data.Y)
         if labels is not None:
-            lo = np.frompyfunc(lambda v: float(mpmath.fadd(mpmath.mpf(v.a), 0, rounding="d", prec=53)), 1, 1)(
-                out).astype(np.float64)
-            claims["classification"] = _margin_claim(lo, _upper(out), labels)
+            claims["classification"] = _margin_claim(iv.lower(out), iv.upper(out), labels)
     return claims
 
 
@@ -347,10 +296,7 @@ def _float64_rank_claim(Z: np.ndarray, Z_rad: np.ndarray, T: int) -> dict:
     F = Z.shape[1]
     if F < T or not (np.isfinite(Z).all() and np.isfinite(Z_rad).all()):
         return {"residual_inf_norm_bound": None}
-    try:
-        Xr = Z.T @ sla.cho_solve(sla.cho_factor(Z @ Z.T, check_finite=False), np.eye(T), check_finite=False)
-    except (np.linalg.LinAlgError, ValueError):
-        Xr = np.linalg.pinv(Z)
+    Xr = FLOAT64.right_inverse(Z)
     if not np.all(np.isfinite(Xr)):
         return {"residual_inf_norm_bound": None}
     absX = np.abs(Xr)
@@ -366,23 +312,22 @@ def _float64_rank_claim(Z: np.ndarray, Z_rad: np.ndarray, T: int) -> dict:
     return out
 
 
-def _rank_claim(Z: np.ndarray, T: int) -> dict:
+def _rank_claim(iv: Interval, Z: np.ndarray, T: int) -> dict:
     """Bounds behind ``rank Z = T`` from the interval ``Z``, as :func:`_float64_rank_claim`."""
     if Z.shape[1] < T:
         return {"residual_inf_norm_bound": None}
-    Zm = np.frompyfunc(lambda v: mpmath.mpf(v.mid), 1, 1)(Z).astype(object)
     try:
-        Xr = Zm.T @ precision.gram_solve_rows(Zm, np.eye(T, dtype=object) * mpmath.mpf(1))
+        Xr = iv.right_inverse(Z)
     except ZeroDivisionError:
         return {"residual_inf_norm_bound": None}
-    D = _iv(np.eye(T)) - Z @ _iv(Xr)
-    A = _abs_upper(D)
+    D = iv.asarray(np.eye(T)) - Z @ iv.asarray(Xr)
+    A = iv.magnitude(D)
     r_inf = float(enclose.up(A.sum(axis=1), T).max())
     r_one = float(enclose.up(A.sum(axis=0), T).max())
     out = {"residual_inf_norm_bound": r_inf if math.isfinite(r_inf) else None}
     r2 = math.sqrt(r_one * r_inf)
     if r2 < 1.0:
-        x_norm = float(enclose.up(np.sqrt(enclose.up((_abs_upper(_iv(Xr)) ** 2).sum(), Xr.size)), 2))
+        x_norm = float(enclose.up(np.sqrt(enclose.up((iv.magnitude(iv.asarray(Xr)) ** 2).sum(), Xr.size)), 2))
         out["sigma_min_lower_bound"] = (1.0 - r2) / x_norm * (1 - 1e-15)
     return out
 

@@ -10,12 +10,27 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-import mpmath
 import numpy as np
 
 from . import precision
+from .arith import FLOAT64, Arithmetic, for_bits
+from .arith.mp import decimal_strings, from_decimal_strings
 from .errors import InputError
 from .io import load_npz, npz_bytes
+
+
+def capacity(H: int, n: int, d_h: int) -> int:
+    """Theorem 1's number of examples ``H(k − 1) + 1`` with ``k = min(n, d_h)``."""
+    return H * (min(n, d_h) - 1) + 1
+
+
+def heads_needed(T: int, k: int) -> int | None:
+    """Fewest heads with ``H(k − 1) + 1 ≥ T``; None when no number suffices (``k = 1 < T``)."""
+    if T <= 1:
+        return 1
+    if k < 2:
+        return None
+    return -(-(T - 1) // (k - 1))
 
 
 def param_count(H: int, d: int, d_h: int, d_v: int, d_o: int) -> int:
@@ -74,14 +89,11 @@ class Weights:
         """The file's arrays. High-precision weights add, for each matrix, ``<name>_decimal``: the
         exact values as decimal strings (enough digits to round-trip at ``bits``), and ``bits``;
         the float64 arrays are their nearest float64 values, for tools that read only those."""
-        out = {name: precision.to_float(getattr(self, name)) for name in _MATRICES}
+        out = {name: FLOAT64.to_host(getattr(self, name)) for name in _MATRICES}
         out["skip"] = np.asarray(bool(self.skip))
         if self.bits is not None:
-            digits = int(self.bits * 0.30103) + 3
             for name in _MATRICES:
-                a = getattr(self, name)
-                out[f"{name}_decimal"] = np.array([mpmath.nstr(v, digits, strip_zeros=False)
-                                                   for v in a.ravel()], dtype=str).reshape(a.shape)
+                out[f"{name}_decimal"] = decimal_strings(getattr(self, name), self.bits)
             out["bits"] = np.asarray(self.bits)
         return out
 
@@ -197,20 +209,19 @@ def _exact_weights(arrays: dict, rounded: Weights, path) -> Weights:
                          f"got {bits_arr!r}", what="invalid weights")
     bits = int(bits_arr)
     exact = {}
-    with mpmath.mp.workprec(bits):
-        for name in _MATRICES:
-            text = arrays.get(f"{name}_decimal")
-            if text is None or text.dtype.kind != "U" or text.shape != getattr(rounded, name).shape:
-                problems.append(f"{name}_decimal: missing, not strings, or not of {name}'s shape in {str(path)!r}")
-                continue
-            try:
-                values = np.array([mpmath.mpf(t) for t in text.ravel()], dtype=object).reshape(text.shape)
-            except (ValueError, TypeError):
-                problems.append(f"{name}_decimal: not decimal numbers")
-                continue
-            if not np.array_equal(values.astype(np.float64), getattr(rounded, name)):
-                problems.append(f"{name}: the float64 array is not the rounding of {name}_decimal")
-            exact[name] = values
+    for name in _MATRICES:
+        text = arrays.get(f"{name}_decimal")
+        if text is None or text.dtype.kind != "U" or text.shape != getattr(rounded, name).shape:
+            problems.append(f"{name}_decimal: missing, not strings, or not of {name}'s shape in {str(path)!r}")
+            continue
+        try:
+            values = from_decimal_strings(text, bits)
+        except ValueError:
+            problems.append(f"{name}_decimal: not decimal numbers")
+            continue
+        if not np.array_equal(values.astype(np.float64), getattr(rounded, name)):
+            problems.append(f"{name}: the float64 array is not the rounding of {name}_decimal")
+        exact[name] = values
     if problems:
         raise InputError(problems, what="invalid high-precision weights")
     return sealed(**exact, skip=rounded.skip, bits=bits)
@@ -227,51 +238,61 @@ def check_compatible(weights: Weights, d: int, d_o: int) -> None:
         raise InputError(problems, what="weights and data do not match")
 
 
-def softmax(logits: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis, shifted by the maximum so that no exponential overflows."""
-    shifted = precision.exp(logits - logits.max(axis=-1, keepdims=True))
-    return shifted / shifted.sum(axis=-1, keepdims=True)
+# The forward pass, written once for every arithmetic: the construction computes its features
+# with head_features, verify and teach with feature_matrix, certificates with the same functions
+# in interval arithmetic (construct.arith.Interval).
+
+def softmax(logits, ar: Arithmetic = FLOAT64):
+    """Softmax over the last axis, shifted (by the row maximum) so that no exponential overflows."""
+    shifted = ar.exp(logits - ar.softmax_shift(logits))
+    return shifted / ar.xp.sum(shifted, axis=-1, keepdims=True)
 
 
-def head_logits(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray) -> np.ndarray:
+def head_logits(E, X, W_K, W_Q, ar: Arithmetic = FLOAT64):
     """Logits ``E W_K W_Q^T x`` of one head for every example, shape (T, n).
 
     ``W_K`` and ``W_Q`` have shape (d, d_h); computed as ``E (W_K (W_Q^T x))`` so the cost is
     ``O(T·d·(d_h + n))``.
     """
-    w = (X @ W_Q) @ W_K.T
-    return np.einsum("tnd,td->tn", E, w)
+    return ar.token_dot(E, (X @ W_Q) @ W_K.T)
 
 
-def head_attention(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray) -> np.ndarray:
+def head_attention(E, X, W_K, W_Q, ar: Arithmetic = FLOAT64):
     """Attention ``s`` of one head over each context, shape (T, n); rows lie in the simplex."""
-    return softmax(head_logits(E, X, W_K, W_Q))
+    return softmax(head_logits(E, X, W_K, W_Q, ar), ar)
 
 
-def head_features(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray) -> np.ndarray:
+def head_features(E, X, W_K, W_Q, ar: Arithmetic = FLOAT64):
     """Features ``z = E^T s`` of one head for every example, shape (T, d)."""
-    return np.einsum("tnd,tn->td", E, head_attention(E, X, W_K, W_Q))
+    return ar.token_mix(E, head_attention(E, X, W_K, W_Q, ar))
 
 
-def feature_matrix(E: np.ndarray, X: np.ndarray, weights: Weights) -> np.ndarray:
-    """The feature matrix ``Z`` (T, H·d): row t is ``[z_1; …; z_H]`` of example t."""
+def feature_matrix(E, X, weights: Weights, ar: Arithmetic | None = None):
+    """The feature matrix ``Z`` (T, H·d): row t is ``[z_1; …; z_H]`` of example t.
+
+    ``ar``: the arithmetic to evaluate in; by default the weights' own (float64, or mpmath at
+    ``weights.bits``), and then ``E`` and ``X`` must be in it too.
+    """
+    ar = for_bits(weights.bits) if ar is None else ar
     T, d = X.shape
-    Z = precision.of(weights.W_K).zeros((T, weights.H * d))
-    for h in range(weights.H):
-        Z[:, h * d:(h + 1) * d] = head_features(E, X, weights.W_K[h], weights.W_Q[h])
+    with ar.working():
+        Z = ar.zeros((T, weights.H * d))
+        for h in range(weights.H):
+            Z[:, h * d:(h + 1) * d] = head_features(E, X, weights.W_K[h, ...], weights.W_Q[h, ...], ar)
     return Z
 
 
-def output_from_features(Z: np.ndarray, X: np.ndarray, weights: Weights) -> np.ndarray:
+def output_from_features(Z, X, weights: Weights, ar: Arithmetic | None = None):
     """The model's output from its features: ``W_D^T (W_O^T [W_V^T z] (+ x))``, shape (T, d_o)."""
-    T, d = X.shape
-    values = np.einsum("thd,hdv->thv", Z.reshape(T, weights.H, d), weights.W_V).reshape(T, -1)
-    o = values @ weights.W_O
-    if weights.skip:
-        o = o + X
-    return o @ weights.W_D
+    ar = for_bits(weights.bits) if ar is None else ar
+    with ar.working():
+        o = ar.head_values(Z, weights.W_V) @ weights.W_O
+        if weights.skip:
+            o = o + X
+        return o @ weights.W_D
 
 
-def forward(E: np.ndarray, X: np.ndarray, weights: Weights) -> np.ndarray:
+def forward(E, X, weights: Weights, ar: Arithmetic | None = None):
     """The model ``f(E, x; θ)`` for every example, shape (T, d_o)."""
-    return output_from_features(feature_matrix(E, X, weights), X, weights)
+    ar = for_bits(weights.bits) if ar is None else ar
+    return output_from_features(feature_matrix(E, X, weights, ar), X, weights, ar)

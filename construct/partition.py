@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import InputError
-from .linalg import EPS, numerical_rank, rank_tol
+from .arith import EPS, FLOAT64, numerical_rank, rank_tol
 
 _MAX_REPORTED = 20
 
@@ -32,12 +32,8 @@ def _dependent_members(X_S: np.ndarray, first: int) -> list[int]:
     for j in range(X_S.shape[0]):
         others = np.delete(X_S, j, axis=0)
         x = X_S[j]
-        if others.shape[0]:
-            coef, *_ = np.linalg.lstsq(others.T, x, rcond=None)
-            dist = np.linalg.norm(x - others.T @ coef)
-        else:
-            dist = np.linalg.norm(x)
-        if dist <= rank_tol(max(np.linalg.norm(X_S, 2), 1e-300), X_S.shape):
+        dist = FLOAT64.least_squares_residual(others.T, x)
+        if dist <= rank_tol(max(FLOAT64.norm2(X_S), 1e-300), X_S.shape):
             out.append(first + j)
     return out
 
@@ -51,10 +47,10 @@ def span_distances(X_S: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarr
         ``‖v‖`` (measured worst case on random spans: about half of it).
     """
     m, d = X_S.shape
-    Q, _ = np.linalg.qr(X_S.T)
-    dist = np.linalg.norm(V - (V @ Q) @ Q.T, axis=1)
-    s_max = np.linalg.norm(X_S, 2) if X_S.size else 0.0
-    scale = np.maximum(s_max, np.linalg.norm(V, axis=1))
+    Q = FLOAT64.span_projector(X_S.T)
+    dist = FLOAT64.vector_norm(V - (V @ Q) @ Q.T, axis=1)
+    s_max = FLOAT64.norm2(X_S) if X_S.size else 0.0
+    scale = np.maximum(s_max, FLOAT64.vector_norm(V, axis=1))
     return dist, 2 * (m + 1) * d * EPS * scale
 
 

@@ -1,9 +1,7 @@
-"""Precision: float64 (NumPy/LAPACK) or mpmath at a chosen number of bits, one algebra for both.
+"""Precision: float64, or mpmath at a chosen number of bits; and how many bits a build needs.
 
-An array carries its precision in its dtype: ``float64``, or ``object`` holding mpmath ``mpf``
-numbers, computed while :meth:`Precision.working` holds mpmath at ``bits`` bits. The helpers
-below dispatch on the dtype, so the construction's code is written once and runs at either
-precision; only the kernels differ (LAPACK for float64, mpmath's matrix routines otherwise).
+A :class:`Precision` is a value (what ``build(..., precision=)`` accepts and a result reports);
+the arithmetic that computes at it comes from :func:`construct.arith.for_bits`.
 
 MATH.md §5 says when float64 is not enough: the rank-one term's rounding, about
 ``c_h·ε·‖a‖‖b‖‖x‖‖E‖`` on the logits, must stay well below what keeps the rank. See
@@ -12,11 +10,9 @@ MATH.md §5 says when float64 is not enough: the rank-one term's rounding, about
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
 
-import mpmath
 import numpy as np
 
 EPS64 = float(np.finfo(np.float64).eps)
@@ -52,29 +48,6 @@ class Precision:
     def __str__(self) -> str:
         return "float64" if self.bits is None else f"{self.bits} bits (mpmath)"
 
-    def working(self):
-        """Context in which mpmath computes at this precision (does nothing for float64)."""
-        return contextlib.nullcontext() if self.bits is None else mpmath.mp.workprec(self.bits)
-
-    def asarray(self, x) -> np.ndarray:
-        """``x`` at this precision: float64, or an object array of ``mpf`` (exact from float64)."""
-        a = np.asarray(x)
-        if self.bits is None:
-            return a.astype(np.float64)
-        if a.dtype == object:
-            return a
-        return np.frompyfunc(mpmath.mpf, 1, 1)(a.astype(np.float64)).astype(object)
-
-    def rounded(self, A: np.ndarray) -> np.ndarray:
-        """``A`` rounded to this precision (mpmath's matrix routines may return extra bits)."""
-        if self.bits is None:
-            return np.asarray(A, dtype=np.float64)
-        with self.working():
-            return np.frompyfunc(mpmath.mpf, 1, 1)(np.asarray(A, dtype=object)).astype(object)
-
-    def zeros(self, shape) -> np.ndarray:
-        return np.zeros(shape) if self.bits is None else self.asarray(np.zeros(shape))
-
 
 FLOAT64 = Precision()
 
@@ -101,82 +74,6 @@ def parse(value) -> Precision | str:
     return Precision(bits)
 
 
-def of(A: np.ndarray) -> Precision:
-    """The precision an array is held at (mpmath's current working precision for ``mpf`` arrays)."""
-    return FLOAT64 if np.asarray(A).dtype != object else Precision(mpmath.mp.prec)
-
-
-def is_mp(A: np.ndarray) -> bool:
-    return np.asarray(A).dtype == object
-
-
-def to_float(A) -> np.ndarray:
-    """Nearest float64 values (for reporting and for choices that need no more)."""
-    a = np.asarray(A)
-    return a.astype(np.float64) if a.dtype == object else a
-
-
-_mp_exp = np.frompyfunc(mpmath.exp, 1, 1)
-_mp_log = np.frompyfunc(mpmath.log, 1, 1)
-_mp_sqrt = np.frompyfunc(mpmath.sqrt, 1, 1)
-
-
-_mp_ldexp = np.frompyfunc(mpmath.ldexp, 2, 1)
-
-
-def ldexp(A: np.ndarray, e: int) -> np.ndarray:
-    """``A · 2^e``, exact (float64 away from overflow and underflow, or ``mpf``)."""
-    return _mp_ldexp(A, e).astype(object) if is_mp(A) else np.ldexp(A, e)
-
-
-def exp(A: np.ndarray) -> np.ndarray:
-    return _mp_exp(A).astype(object) if is_mp(A) else np.exp(A)
-
-
-def log(A: np.ndarray) -> np.ndarray:
-    return _mp_log(A).astype(object) if is_mp(A) else np.log(A)
-
-
-def sqrt(A: np.ndarray) -> np.ndarray:
-    return _mp_sqrt(A).astype(object) if is_mp(A) else np.sqrt(A)
-
-
-def _matrix(A: np.ndarray) -> mpmath.matrix:
-    return mpmath.matrix(np.atleast_2d(A).tolist())
-
-
-def _array(M: mpmath.matrix) -> np.ndarray:
-    return np.array(M.tolist(), dtype=object)
-
-
-def solve(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """``A^{-1} B`` for square ``A`` and ``B`` (k,) or (k, r)."""
-    if not (is_mp(A) or is_mp(B)):
-        return np.linalg.solve(A, B)
-    vector = np.ndim(B) == 1
-    Bm = np.asarray(B, dtype=object).reshape(len(B), -1)
-    Am = _matrix(A)
-    cols = [_array(mpmath.lu_solve(Am, _matrix(Bm[:, [j]])))[:, 0] for j in range(Bm.shape[1])]
-    X = np.stack(cols, axis=1) if cols else np.zeros((Am.cols, 0), dtype=object)
-    return X[:, 0] if vector else X
-
-
-def gram_solve_rows(A: np.ndarray, rhs: np.ndarray) -> np.ndarray:
-    """``(A A^T)^{-1} rhs`` for ``A`` of full row rank; at high precision the squared condition is paid for in bits."""
-    return solve(A @ A.T, rhs)
-
-
-def svdvals(A: np.ndarray) -> np.ndarray:
-    """Singular values, descending (``mpf`` for an mpmath array)."""
-    if not is_mp(A):
-        import scipy.linalg as sla
-        return sla.svdvals(A, check_finite=False) if A.size else np.zeros(0)
-    if A.size == 0:
-        return np.zeros(0, dtype=object)
-    s = mpmath.svd_r(_matrix(A), compute_uv=False)
-    return np.array(sorted((s[i] for i in range(len(s))), reverse=True), dtype=object)
-
-
 def bits_needed(feature_rounding: float, condition: float, target: float = ERROR_TARGET) -> int:
     """Bits at which MATH.md §5's rounding, scaled by the conditioning, falls below ``target``.
 
@@ -192,19 +89,3 @@ def bits_needed(feature_rounding: float, condition: float, target: float = ERROR
     cond = condition if math.isfinite(condition) and condition >= 1 else 2.0 ** 52
     need = max(feature_rounding, EPS64) * cond / target
     return max(MIN_BITS, 53 + math.ceil(math.log2(max(need, 1.0))) + GUARD_BITS)
-
-
-def logit_rounding(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray, eps: float = EPS64) -> float:
-    """MATH.md §5's estimate of the rounding of the logits ``E^(t) W_K W_Q^T x^(t)`` over the examples.
-
-    The standard bound for a product evaluated through its factors, ``γ_k ‖E‖ ‖W_K‖ ‖W_Q‖ ‖x‖``
-    with ``γ_k ≈ k ε`` and ``k = d + d_h``. With a saturation scale ``c`` in ``W_K`` it contains
-    the rank-one term's ``c ε ‖a‖ ‖b‖ ‖x‖ ‖E‖``; with nearly dependent tokens or queries it is the
-    cancellation inside ``W_K W_Q^T``.
-    """
-    E, X, W_K, W_Q = (to_float(v) for v in (E, X, W_K, W_Q))
-    if not E.size or not W_K.size:
-        return 0.0
-    k = E.shape[-1] + W_K.shape[1]
-    norms = np.linalg.norm(E, axis=(1, 2)) * np.linalg.norm(X, axis=1)
-    return float(k * eps * np.linalg.norm(W_K, 2) * np.linalg.norm(W_Q, 2) * norms.max())

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from importlib.metadata import PackageNotFoundError, version
 
-from .build import BuildResult, evidence_dict
+from .evidence import BuildResult
+from .model import param_count
+from .policy import rounding_ratio
 from .verify import float32_error
 
 
@@ -13,6 +16,22 @@ def package_version() -> str:
         return version("mha-construct")
     except PackageNotFoundError:
         return "unknown"
+
+
+def evidence_dict(result: BuildResult) -> dict:
+    """The evidence of a build as plain JSON-ready data (without the arrays)."""
+    w, data = result.weights, result.data
+    return {
+        "T": data.T, "n": data.n, "d": data.d, "d_o": data.d_o,
+        "H": w.H, "d_h": w.d_h, "d_v": w.d_v, "skip": w.skip, "k": result.k, "capacity": result.capacity,
+        "parameters": param_count(w.H, w.d, w.d_h, w.d_v, w.d_o),
+        "heads_used": len(result.heads), "scale": result.scale,
+        "precision": {"arithmetic": result.precision, "bits": result.weights.bits or 53,
+                      "why": result.precision_reason, "rounding_ratio": rounding_ratio(result)},
+        "verification": result.verification.to_dict(),
+        "heads": [asdict(e) for e in result.heads],
+        "seed": result.seed, "timings_s": result.timings,
+    }
 
 
 def build_report(result: BuildResult, *, data_source: dict, data_sha256: str, weights_sha256: str,

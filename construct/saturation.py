@@ -1,4 +1,4 @@
-"""Lemma 4 (saturation) and the explicit scale ``c_h`` of MATH.md §4.4.5.
+"""Lemma 4 (saturation), the explicit scale ``c_h`` of MATH.md §4.4.5, and the three scale rules.
 
 Lemma 4: if ``g = E W' x`` has a unique maximum at ``j*`` with gap ``δ > 0``, then with
 ``ℓ = E W x``, ``‖softmax(ℓ + c g) − e_{j*}‖_1 ≤ 2 (n − 1) exp(2‖ℓ‖_∞ − c δ)``.
@@ -14,6 +14,12 @@ measuring instead of bounding, how little is actually needed.
 from __future__ import annotations
 
 import numpy as np
+
+from .arith import FLOAT64, Arithmetic
+from .model import softmax
+
+# How a head's saturation scale is chosen (build's ``scale=``), see :func:`choose_scale`.
+SCALES = ("rank", "saturating", "explicit")
 
 # The perturbation is kept below this fraction of σ_min(M): Lemma 5 needs strict inequality,
 # and the margin absorbs the rounding of the finite-precision forward pass.
@@ -73,45 +79,83 @@ _SCALE_RESOLUTION = 1.1
 _SCALE_OCTAVES = 60
 
 
-def one_hot_distance(logits: np.ndarray, j: np.ndarray) -> np.ndarray:
+def _one_hot_mask(ar: Arithmetic, shape: tuple[int, int], j: np.ndarray):
+    mask = np.zeros(shape, dtype=bool)
+    mask[np.arange(shape[0]), j] = True
+    return ar.constant(mask)
+
+
+def one_hot_distance(logits, j: np.ndarray, ar: Arithmetic = FLOAT64):
     """``‖softmax(v) − e_j‖_1`` for each row ``v`` of ``logits`` (T, n) and index ``j`` (T,).
 
     Computed as ``2 Σ_{i ≠ j} s_i`` from shifted logits, so it keeps its relative accuracy even
     far below ``ε`` (``1 − s_j`` would cancel).
     """
-    v = np.asarray(logits, dtype=float)
-    w = np.exp(v - v.max(axis=1, keepdims=True))
-    rows = np.arange(v.shape[0])
-    others = w.copy()
-    others[rows, j] = 0.0
-    rest = others.sum(axis=1)
-    return 2.0 * rest / (rest + w[rows, j])
+    xp = ar.xp
+    w = ar.exp(logits - xp.max(logits, axis=1, keepdims=True))
+    at_j = _one_hot_mask(ar, w.shape, j)
+    rest = xp.sum(xp.where(at_j, 0.0, w), axis=1)
+    return 2.0 * rest / (rest + xp.sum(xp.where(at_j, w, 0.0), axis=1))
 
 
-def perturbation_at(C: np.ndarray, C_norm: float, E_A: np.ndarray, rho: np.ndarray, ell: np.ndarray,
-                    g: np.ndarray, j_star: np.ndarray, c: float) -> float:
+def perturbation_at(C, C_norm: float, E_A, rho, ell, g, j_star: np.ndarray, c: float,
+                    ar: Arithmetic = FLOAT64) -> float:
     """Upper bound on ``‖C (Z''_A − Z̄_A)‖_2`` at scale ``c``, measured on the actual attention.
 
     Row ``t`` of ``Z''_A − Z̄_A`` is ``E^(t)T (s^(t) − e_{j*})`` with ``s^(t) = softmax(ℓ^(t) + c g^(t))``,
     of norm at most ``ρ_t ‖s^(t) − e_{j*}‖_1``. The examples still far from their one-hot (all
     but a ``1e-6`` share of the largest such norm) are formed exactly; the rest enter through
     ``‖C‖_2 ‖(ρ_t ‖s^(t) − e_{j*}‖_1)_t‖_2`` (triangle inequality). Cheap once most examples
-    saturate, which is the regime the scale search explores.
+    saturate, which is the regime the scale search explores. Float64 arrays of ``ar``.
     """
     if ell.size == 0:
         return 0.0
+    xp = ar.xp
     logits = ell + c * g
-    far = rho * one_hot_distance(logits, j_star)
-    keep = far > 1e-6 * far.max()
-    rest = float(C_norm * np.linalg.norm(far[~keep]))
-    if not keep.any():
+    far = rho * one_hot_distance(logits, j_star, ar)
+    keep = far > 1e-6 * xp.max(far)
+    rest = float(C_norm * ar.scalar(ar.vector_norm(far[~keep])))
+    if not bool(xp.any(keep)):
         return rest
-    s = np.exp(logits[keep] - logits[keep].max(axis=1, keepdims=True))
-    s /= s.sum(axis=1, keepdims=True)
-    s[np.arange(s.shape[0]), j_star[keep]] -= 1.0
-    D = np.einsum("tnd,tn->td", E_A[keep], s)
-    G = C[:, keep] @ D
-    return float(np.sqrt(max(np.linalg.eigvalsh(G @ G.T)[-1], 0.0))) + rest
+    kept = np.flatnonzero(ar.to_host(keep) > 0)
+    at = ar.constant(kept)
+    s = softmax(xp.take(logits, at, axis=0), ar) - ar.asarray(_one_hot_mask(FLOAT64, (kept.size, ell.shape[1]),
+                                                                            j_star[kept]))
+    G = xp.take(C, at, axis=1) @ ar.token_mix(xp.take(E_A, at, axis=0), s)
+    return ar.spectral_norm(G) + rest
+
+
+def choose_scale(rule: str, ar: Arithmetic, *, C, C_norm: float, E_A, rho, ell, g, j_star: np.ndarray, N0,
+                 c_explicit: float, sigma_M: float, guess: float | None) -> float:
+    """The saturation scale of a later head by ``rule`` (one of :data:`SCALES`).
+
+    - ``explicit``: ``c_explicit``, MATH.md §4.4.5's sufficient scale (Lemma 4 + Weyl).
+    - ``saturating``: the smallest scale at which the measured perturbation
+      (:func:`perturbation_at`) stays below ``MARGIN · σ_min(M)``: the proof's argument, on the
+      actual attention instead of Lemma 4's bound.
+    - ``rank``: the smallest scale at which the reduced new rows ``N = Z''_S − C Z''_A`` keep
+      ``σ_min(N) ≥ (1 − MARGIN) σ_min(M)``: only what the rank step needs (Lemma 1 on ``N``).
+
+    Arrays are float64 in ``ar``: ``C`` (m, |A|) the row reduction, ``E_A`` the earlier contexts,
+    ``rho`` their largest token norms, ``ell`` and ``g`` their logits under ``W_S`` and ``W'``,
+    ``j_star`` (host) where each saturates, ``N0`` the targets' rows ``Z''_S`` (m, d).
+    """
+    if rule == "explicit":
+        return c_explicit
+    if rule == "saturating":
+        def perturbation(c_try: float) -> float:
+            return perturbation_at(C, C_norm, E_A, rho, ell, g, j_star, c_try, ar)
+        return smallest_scale(perturbation, c_explicit, MARGIN * sigma_M, guess)
+
+    def shortfall(c_try: float) -> float:
+        def part(lo: int, hi: int):                            # C Z''_A over rows lo..hi−1
+            return C[:, lo:hi] @ ar.token_mix(E_A[lo:hi, ...], softmax(ell[lo:hi, ...] + c_try * g[lo:hi, ...], ar))
+        parts = ar.rows(part, ell.shape[0])
+        total = parts[0]
+        for more in parts[1:]:
+            total = total + more
+        return -ar.smallest_singular_value(N0 - total)
+    return smallest_scale(shortfall, c_explicit, -(1 - MARGIN) * sigma_M, guess)
 
 
 def smallest_scale(measure, c_explicit: float, target: float, guess: float | None = None) -> float:

@@ -23,7 +23,7 @@ from .assumptions import a2_violations, kruskal_rank
 from .build import BuildResult, build, capacity
 from .data import Dataset, as_dataset, synthetic
 from .errors import InputError
-from .linalg import numerical_rank
+from .arith import numerical_rank
 from .model import feature_matrix, head_attention
 
 _MATRIX_LIMIT = 12          # larger matrices are summarized, not printed

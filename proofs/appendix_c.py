@@ -10,7 +10,7 @@ import numpy as np
 
 from construct.data import Dataset
 from construct.model import feature_matrix, forward, output_from_features
-from construct.precision import Precision
+from construct.arith import for_bits
 
 from . import theorem1
 from .check import Check
@@ -25,11 +25,11 @@ def check(data: Dataset, heads: int, head_dim: int | None = None, value_dim: int
     if inner.conclusion is not True:
         return Check(STATEMENT, inner.hypotheses, inner.conclusion, dict(inner.quantities))
     w = inner.quantities["result"].weights
-    prec = Precision(w.bits)                                # evaluate at the weights' precision
-    with prec.working():
-        E, X, Y = (prec.asarray(v) for v in (data.E, data.X, data.Y))
+    ar = for_bits(w.bits)                                   # evaluate at the weights' precision
+    with ar.working():
+        E, X, Y = (ar.asarray(v) for v in (data.E, data.X, data.Y))
         Z = feature_matrix(E, X, w)
-        attention_part = output_from_features(Z, prec.zeros(X.shape), w)   # the model without x
+        attention_part = output_from_features(Z, ar.zeros(X.shape), w)     # the model without x
         shifted = Y - X[:, :data.d_o]
         q = {"shifted_label_error": float(np.abs(attention_part - shifted).max()),
              "max_abs_error": float(np.abs(forward(E, X, w) - Y).max()), "skip": w.skip}

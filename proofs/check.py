@@ -8,7 +8,7 @@ holds and the conclusion fails.
 
 Numerical conventions, shared by every check:
 
-- Ranks: :func:`construct.linalg.numerical_rank`, one tolerance ``max(shape)·ε·σ_max``.
+- Ranks: :func:`construct.arith.numerical_rank`, one tolerance ``max(shape)·ε·σ_max``.
 - "Exact" equalities (attention targets, fitted labels): absolute error at most :data:`EXACT_TOL`
   plus :func:`logit_rounding`, the forward-error bound of evaluating the logits ``E W_K W_Q^T x``
   through their factors in float64 (MATH.md §5: with a scale ``c`` in ``W_K`` this is the
@@ -23,12 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from construct.linalg import numerical_rank
-from construct.precision import logit_rounding
+from construct.arith import for_bits, numerical_rank
+from construct.model import feature_matrix
+from construct.policy import logit_rounding
 
 EXACT_TOL = 1e-9
 
-__all__ = ["Check", "EXACT_TOL", "factored_rank", "logit_rounding", "traced_head"]
+__all__ = ["Check", "EXACT_TOL", "factored_rank", "features_rank", "logit_rounding", "traced_head"]
 
 
 def traced_head(result, head: int, who: str):
@@ -44,6 +45,16 @@ def traced_head(result, head: int, who: str):
     if not 2 <= head <= len(result.trace):
         raise ValueError(f"head must be between 2 and {len(result.trace)}, got {head}")
     return result.trace[head - 1], result.heads[head - 1]
+
+
+def features_rank(data, weights) -> tuple[np.ndarray, int, np.ndarray]:
+    """``Z`` of ``weights`` on ``data`` in the weights' own arithmetic (float64, or mpmath at their
+    bits), its numerical rank there and its singular values (float64, descending)."""
+    ar = for_bits(weights.bits)
+    with ar.working():
+        Z = feature_matrix(ar.asarray(data.E), ar.asarray(data.X), weights, ar)
+        rank, s = ar.numerical_rank(Z)
+    return Z, rank, s
 
 
 def factored_rank(K: np.ndarray, Q: np.ndarray) -> int:

@@ -10,7 +10,7 @@ import numpy as np
 
 from construct.assumptions import a2_violations
 from construct.claim1 import claim1_factors
-from construct.linalg import numerical_rank
+from construct.arith import numerical_rank
 from construct.model import head_attention
 
 from .check import EXACT_TOL, Check, factored_rank, logit_rounding

@@ -12,7 +12,7 @@ import numpy as np
 
 from construct.build import BuildResult
 from construct.claim1 import claim1_factors
-from construct.linalg import EPS
+from construct.arith import EPS
 from construct.model import head_attention
 from construct.saturation import one_hot_distance
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from construct.linalg import numerical_rank, rank_tol
+from construct.arith import numerical_rank, rank_tol
 
 from .check import Check
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from construct.assumptions import a2_violations
-from construct.linalg import EPS, numerical_rank
+from construct.arith import EPS, numerical_rank
 from construct.partition import span_distances
 from construct.separator import rank_one_separator, separator_logits
 

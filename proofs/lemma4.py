@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from construct.linalg import EPS
+from construct.arith import EPS
 from construct.saturation import one_hot_distance, saturation_bound
 from construct.separator import top_gap
 

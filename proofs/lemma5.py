@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from construct.linalg import numerical_rank
+from construct.arith import numerical_rank
 
 from .check import Check
 

@@ -13,11 +13,11 @@ from construct.assumptions import a2_violations
 from construct.build import BuildResult, build, capacity
 from construct.data import Dataset, as_dataset
 from construct.errors import ConstructError, InputError
-from construct.linalg import numerical_rank
+from construct.arith import numerical_rank
 from construct.model import feature_matrix
 from construct.partition import partition
 
-from .check import Check, traced_head
+from .check import Check, features_rank, traced_head
 
 STATEMENT = "Proposition 1"
 
@@ -56,7 +56,7 @@ def check(data: Dataset, heads: int, head_dim: int | None = None, *, seed: int =
         weights = build(sub, heads, head_dim=d_h, seed=seed).weights
     except ConstructError as exc:
         return Check(STATEMENT, hyp, False, {**q, "construction_error": str(exc)})
-    rank_Z, s = numerical_rank(feature_matrix(data.E, data.X, weights))
+    _, rank_Z, s = features_rank(data, weights)
     q.update(rank_Z=rank_Z, sigma_min_Z=float(s[min(bound, s.size) - 1]), weights=weights)
     return Check(STATEMENT, hyp, rank_Z >= bound, q)
 

@@ -10,17 +10,22 @@ from __future__ import annotations
 import numpy as np
 
 from construct.data import Dataset
-from construct.linalg import numerical_rank
-from construct.model import Weights, check_compatible, feature_matrix, head_attention
+from construct.arith import for_bits, numerical_rank
+from construct.model import Weights, check_compatible, head_attention
 
-from .check import Check
+from .check import Check, features_rank
 
 STATEMENT = "Proposition 2"
 
 
 def attention_matrix(data: Dataset, weights: Weights) -> np.ndarray:
-    """``[S_1 … S_H]`` (T, H·n): every head's attention over the context, side by side."""
-    return np.hstack([head_attention(data.E, data.X, weights.W_K[h], weights.W_Q[h]) for h in range(weights.H)])
+    """``[S_1 … S_H]`` (T, H·n): every head's attention over the context, side by side (float64;
+    evaluated in the weights' own arithmetic)."""
+    ar = for_bits(weights.bits)
+    with ar.working():
+        E, X = ar.asarray(data.E), ar.asarray(data.X)
+        return np.hstack([ar.to_host(head_attention(E, X, weights.W_K[h], weights.W_Q[h], ar))
+                          for h in range(weights.H)])
 
 
 def check(data: Dataset, weights: Weights) -> Check:
@@ -29,8 +34,7 @@ def check(data: Dataset, weights: Weights) -> Check:
     H, n = weights.H, data.n
     shared = bool(np.all(data.E == data.E[:1]))
     bound = H * (n - 1) + 1
-    Z = feature_matrix(data.E, data.X, weights)
-    rank_Z = numerical_rank(Z)[0]
+    Z, rank_Z, _ = features_rank(data, weights)
     S = attention_matrix(data, weights)
     # The proof's null vectors: each block's rows sum to one, so block 1 minus block h vanishes.
     sums = S.reshape(data.T, H, n).sum(axis=2)

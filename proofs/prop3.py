@@ -16,7 +16,7 @@ import numpy as np
 
 from construct.assumptions import a2_violations
 from construct.data import Dataset, as_dataset
-from construct.linalg import EPS, numerical_rank
+from construct.arith import EPS, numerical_rank
 
 from .check import Check
 

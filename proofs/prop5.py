@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from construct.data import Dataset
-from construct.linalg import EPS, numerical_rank
-from construct.model import Weights, check_compatible, feature_matrix
+from construct.arith import EPS
+from construct.model import Weights, check_compatible
 
-from .check import Check
+from .check import Check, features_rank
 
 STATEMENT = "Proposition 5"
 
@@ -28,8 +28,7 @@ def check(data: Dataset, weights: Weights) -> Check:
     # to d·ε times the sum of absolute values, for both sums compared.
     same = bool(np.abs(sums - const).max() <= 4 * d * EPS * max(np.abs(data.E).sum(axis=2).max(), abs(const)))
     bound = H * (d - 1) + 1
-    Z = feature_matrix(data.E, data.X, weights)
-    rank_Z = numerical_rank(Z)[0]
+    Z, rank_Z, _ = features_rank(data, weights)
     block_sums = Z.reshape(data.T, H, d).sum(axis=2)
     q = {"rank_Z": rank_Z, "bound": bound, "constant": const,
          "null_residual": float(np.abs(block_sums - const).max()), "T": data.T, "H": H, "d": d}

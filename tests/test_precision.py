@@ -17,7 +17,8 @@ from construct.data import as_dataset, as_one_hot, load_dataset
 from construct.io import npz_bytes
 from construct.enclose import exp_enclosure, features
 from construct.model import Weights, feature_matrix, load_weights
-from construct.precision import ERROR_TARGET, Precision, parse
+from construct.arith import Mpmath
+from construct.precision import ERROR_TARGET, parse
 
 from .strategies import adversarial, near_degenerate_family
 
@@ -184,12 +185,12 @@ def test_float64_feature_enclosure_contains_the_exact_features(seed):
     E, X = rng.standard_normal((T, n, d)), rng.standard_normal((T, d))
     W_K, W_Q = rng.standard_normal((d, d_h)) * 10.0 ** rng.uniform(-2, 3), rng.standard_normal((d, d_h))
     z, z_rad = features(E, X, W_K, W_Q)
-    with mpmath.workprec(300):
-        p = Precision(300)
+    p = Mpmath(300)
+    with p.working():
         exact = feature_matrix(p.asarray(E), p.asarray(X),
                                Weights(W_K=p.asarray(W_K[None]), W_Q=p.asarray(W_Q[None]),
                                        W_V=p.asarray(np.ones((1, d, 1))), W_O=p.asarray(np.ones((1, d))),
-                                       W_D=p.asarray(np.ones((d, 1)))))
+                                       W_D=p.asarray(np.ones((d, 1)))), p)
         gap = np.abs(exact - p.asarray(z))
         assert all(g <= mpmath.mpf(r) for g, r in zip(gap.ravel(), z_rad.ravel()))
     assert z_rad.max() <= 1e-10 * max(1.0, np.abs(W_K).max())

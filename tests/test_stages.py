@@ -1,14 +1,16 @@
 """Property tests of the statements each stage of the construction relies on."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
 from construct.assumptions import a2_violations
-from construct.linalg import row_factor
+from construct.arith.lapack import row_factor
 from construct.model import head_logits, softmax
 from construct.readout import min_norm_solve, readout_weights
-from construct.rowreduce import RowSpaceFactor
+from construct.arith.factor import RowSpaceFactor
 from construct.saturation import (explicit_scale, perturbation_at, rank_perturbation_bound, saturation_bound,
                                   smallest_scale)
 
@@ -104,7 +106,7 @@ def test_readout_factorization_reproduces_B(seed, H, d_o):
     Z = rng.standard_normal((T, H * d))
     Y = rng.standard_normal((T, d_o))
     R = np.linalg.qr(Z.T, mode="r")
-    B = min_norm_solve(Z, R, Y)
+    B = min_norm_solve(Z, SimpleNamespace(R=R), Y)             # a row-space factor: R^T R = Z Z^T
     assert np.allclose(Z @ B, Y, atol=1e-8)
     W_V, W_O, W_D = readout_weights(B, H, d, d_v)
     blk = np.zeros((H * d, H * d_v))

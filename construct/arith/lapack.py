@@ -1,24 +1,13 @@
-"""Numerical helpers shared by every stage: the one rank tolerance, extreme singular values.
-
-Rank decisions in this codebase go through :func:`rank_tol` only, the convention of
-``numpy.linalg.matrix_rank``: a singular value counts as non-zero when it exceeds
-``max(shape) * eps * sigma_max``.
-"""
+"""LAPACK and BLAS through SciPy, for the float64 CPU arithmetic and its row-space factor."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-from concurrent.futures import ThreadPoolExecutor, wait
-
 import numpy as np
-import scipy
 import scipy.linalg as sla
 import scipy.sparse.linalg as spla
-from threadpoolctl import ThreadpoolController
 
-from . import precision
-from .enclose import gamma
+from ..enclose import gamma
+from .threads import blas_threads, scipy_threads
 
 EPS = float(np.finfo(np.float64).eps)
 
@@ -30,116 +19,6 @@ _DENSE_SVD_LIMIT = 600
 GRAM_SLACK = 1e-6
 # Rows of Z that row_factor looks at first, to skip a Gram matrix that would be rejected.
 _PROBE_ROWS = 256
-
-
-_controller: ThreadpoolController | None = None
-
-
-def _threadpools() -> ThreadpoolController:
-    """The process's thread pools, inspected once (inspection scans every loaded library)."""
-    global _controller
-    if _controller is None:
-        _controller = ThreadpoolController()
-    return _controller
-
-
-def blas_threads() -> int:
-    """Threads the BLAS libraries use now (the largest pool; 1 if none is found)."""
-    pools = _threadpools().select(user_api="blas").lib_controllers
-    return max([p.num_threads for p in pools] or [1])
-
-
-def blas_limit(threads: int):
-    """Context manager: BLAS runs on at most ``threads`` threads inside it.
-
-    The construction runs its many small, skinny operations on one thread (on OpenBLAS two
-    threads ran them 2-20x slower on the 2-core CI machine) and splits its passes over all
-    examples in two halves on threads of its own (:func:`together`).
-    """
-    return _threadpools().limit(limits=threads, user_api="blas")
-
-
-_pools_split: tuple[list, list] | None = None
-
-
-def _split_pools() -> tuple[list, list]:
-    """``(scipy's BLAS pools, every other BLAS pool)``, found once.
-
-    Wheels of numpy and scipy each bundle their own OpenBLAS, with its own thread pool; scipy's
-    is the one loaded from scipy's install (``scipy.libs``, ``scipy/.dylibs``). When none is
-    (one BLAS shared by both, as from conda or a system package), every pool counts as scipy's.
-    """
-    global _pools_split
-    if _pools_split is None:
-        pools = _threadpools().select(user_api="blas").lib_controllers
-        root = os.path.dirname(os.path.dirname(os.path.realpath(scipy.__file__)))
-        mine = [p for p in pools if os.path.relpath(os.path.realpath(p.filepath), root).split(os.sep)[0]
-                in ("scipy", "scipy.libs")]
-        _pools_split = (mine, [p for p in pools if p not in mine]) if mine else (pools, [])
-    return _pools_split
-
-
-@contextlib.contextmanager
-def scipy_threads(threads: int):
-    """Context manager: BLAS and LAPACK called through scipy run on ``threads`` threads, every
-    other BLAS pool (numpy's) on one.
-
-    OpenBLAS's worker threads busy-wait for a while after each call. With two pools, a
-    multi-threaded call in one while the other's workers still spin puts more threads than cores
-    to work: on the 2-core CI machine a QR update ran 3x slower and a product gained nothing.
-    So the heavy operations go through one pool only, scipy's (it has the LAPACK routines).
-    """
-    ours, others = _split_pools()
-    saved = [(p, p.num_threads) for p in ours + others]
-    try:
-        for p in others:
-            p.set_num_threads(1)
-        for p in ours:
-            p.set_num_threads(threads)
-        yield
-    finally:
-        for p, n in saved:
-            p.set_num_threads(n)
-
-
-_helper: ThreadPoolExecutor | None = None
-
-
-def _forget_helper() -> None:
-    global _helper
-    _helper = None                                  # a forked child has no helper thread: make a new one
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_helper)
-
-
-def together(first, second, parallel: bool) -> tuple:
-    """``(first(), second())``, the first on a helper thread when ``parallel``.
-
-    The construction's two-core parallelism: numpy's loops and products, and LAPACK routines
-    that scipy wraps as thread-safe (``tpqrt``), release the GIL, so two of them take two
-    cores, with BLAS on one thread (:func:`blas_limit`) so that no OpenBLAS worker busy-waits
-    beside them. The work does not depend on ``parallel``: same seed, same bits, any core count.
-    There is one helper thread, so ``first`` must not call :func:`together` itself.
-    """
-    global _helper
-    if not parallel:
-        return first(), second()
-    if _helper is None:
-        _helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mha-construct")
-    pending = _helper.submit(first)
-    try:
-        out = second()
-    finally:                                        # never leave the helper writing after an error
-        wait([pending])
-    return pending.result(), out
-
-
-def halves(fn, n: int, parallel: bool) -> tuple:
-    """``(fn(0, n // 2), fn(n // 2, n))``: a pass over ``n`` rows in two halves (:func:`together`)."""
-    mid = n // 2
-    return together(lambda: fn(0, mid), lambda: fn(mid, n), parallel)
 
 
 def tri_solve(R: np.ndarray, rhs: np.ndarray, trans: str = "N") -> np.ndarray:
@@ -156,29 +35,11 @@ def gram_solve(R: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     return tri_solve(R, tri_solve(R, rhs, trans="T"))
 
 
-def rank_tol(sigma_max, shape: tuple[int, ...], eps: float = EPS):
-    """The rank tolerance for a matrix of ``shape`` whose largest singular value is ``sigma_max``.
-
-    ``eps`` is the unit roundoff of the precision the matrix was computed in (float64 by default).
-    """
-    return max(shape) * eps * sigma_max
-
-
-def spectral_norm(A: np.ndarray) -> float:
-    """``‖A‖_2`` in float64, from the eigenvalues of the smaller Gram matrix (the largest is well conditioned)."""
-    A = precision.to_float(A)
-    if A.size == 0:
-        return 0.0
-    G = A @ A.T if A.shape[0] <= A.shape[1] else A.T @ A
-    return float(np.sqrt(max(np.linalg.eigvalsh(G)[-1], 0.0)))
-
-
-def numerical_rank(A: np.ndarray) -> tuple[int, np.ndarray]:
-    """Rank of ``A`` under :func:`rank_tol` at ``A``'s precision, with its singular values (descending)."""
-    s = precision.svdvals(A)
-    if s.size == 0:
-        return 0, s
-    return int(np.sum(s > rank_tol(s[0], A.shape, precision.of(A).eps))), s
+def svdvals(A: np.ndarray) -> np.ndarray:
+    """Singular values, descending (a stack of matrices: each one's)."""
+    if A.ndim > 2:
+        return np.linalg.svd(A, compute_uv=False)
+    return sla.svdvals(A, check_finite=False) if A.size else np.zeros(0)
 
 
 def triangular_extremes(R: np.ndarray) -> tuple[float, float]:
@@ -269,3 +130,13 @@ def _gram_may_do(Z: np.ndarray) -> bool:
     upper = float(np.linalg.eigvalsh(probe @ probe.T)[0])
     delta = (gamma(k) + gamma(T + 1)) * float(np.einsum("ij,ij->", Z, Z))
     return GRAM_SLACK * upper >= delta
+
+
+def right_inverse(Z: np.ndarray) -> np.ndarray:
+    """An approximate right inverse ``X`` of ``Z`` (T, F), ``F ≥ T``: ``Z^T (Z Z^T)^{-1}`` by
+    Cholesky, or the pseudo-inverse when that fails (only its residual matters to the caller)."""
+    T = Z.shape[0]
+    try:
+        return Z.T @ sla.cho_solve(sla.cho_factor(Z @ Z.T, check_finite=False), np.eye(T), check_finite=False)
+    except (np.linalg.LinAlgError, ValueError):
+        return np.linalg.pinv(Z)

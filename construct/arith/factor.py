@@ -1,4 +1,4 @@
-"""Stage 4.3: the row reduction, on an incrementally updated factorization of ``Z``.
+"""The row-space factor of ``Z`` behind the row reduction (stage 4.3), grown head by head.
 
 Head ``h`` needs ``C = Z'_S (Z'_A)^+`` where ``Z'`` are the columns of heads ``1..h−1``, ``A`` the
 examples fitted so far and ``S`` the new group. Since ``Z'_A`` has full row rank,
@@ -31,9 +31,9 @@ import numpy as np
 import scipy.linalg as sla
 from scipy.linalg import lapack
 
-from . import precision
-from .errors import ConstructionError
-from .linalg import EPS, halves, qr_r, together, tri_solve
+from ..errors import ConstructionError
+from .lapack import EPS, qr_r, tri_solve
+from .threads import halves, together
 
 # Take the one-pass (semi-normal) projection only while its relative error stays below this.
 _SEMI_NORMAL_ACCURACY = 1e-8
@@ -199,31 +199,34 @@ class RowSpaceFactor:
 
 
 class GramRowReduction:
-    """The row reduction at high precision: ``C = V Z_A^T (Z_A Z_A^T)^{-1}`` by normal equations.
+    """The row reduction by normal equations: ``C = V Z_A^T (Z_A Z_A^T)^{-1}``, refactorized per head.
 
-    The interface of :class:`RowSpaceFactor` for ``mpf`` arrays (small problems, where
-    refactorizing is cheap). Squaring the condition number costs bits, not accuracy: the
-    precision is chosen with the conditioning in it (:func:`construct.precision.bits_needed`).
+    The interface of :class:`RowSpaceFactor` for any arithmetic ``ar`` (mpmath: small problems,
+    where refactorizing is cheap; squaring the condition number costs bits, not accuracy, since
+    the precision is chosen with the conditioning in it; an array-API arithmetic: its
+    ``gram_solve_rows`` is by QR).
     """
 
-    def __init__(self, Z: np.ndarray):
+    def __init__(self, Z, ar):
         self.Z = Z
+        self.ar = ar
         self.a = 0
         self.f = 0
         self._stop = 0
 
-    def stage(self, stop: int) -> np.ndarray:
+    def stage(self, stop: int):
         """``C`` (stop − a, a) for rows ``a..stop−1`` on the fitted rows, over the known features."""
         self._stop = stop
         Z_A, V = self.Z[:self.a, :self.f], self.Z[self.a:stop, :self.f]
         if self.a == 0:
-            return np.zeros((stop, 0), dtype=object)
-        return precision.gram_solve_rows(Z_A, Z_A @ V.T).T
+            return self.ar.zeros((stop, 0))
+        T = self.ar.xp.matrix_transpose if self.ar.xp is not np else np.transpose
+        return T(self.ar.gram_solve_rows(Z_A, Z_A @ T(V)))
 
     def add_features(self, f_new: int) -> None:
         self.f = max(self.f, f_new)
 
-    def advance(self, f_new: int, stop: int) -> np.ndarray:
+    def advance(self, f_new: int, stop: int):
         """:meth:`add_features`, :meth:`commit` and :meth:`stage`, as :meth:`RowSpaceFactor.advance`."""
         self.add_features(f_new)
         self.commit()

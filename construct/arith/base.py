@@ -1,0 +1,282 @@
+"""The seam's interface, implemented for any namespace of the Python array API standard.
+
+:class:`Arithmetic` is everything the stages ask of the numbers they compute with: arrays and
+their conversion, unit roundoff, elementwise functions, the products of the forward pass, the
+row-space factor behind the row reduction, the minimum-norm solve, extreme singular values and
+the one rank tolerance, and how work may run in parallel. The methods here are written against
+``self.xp`` and the standard's ``linalg`` extension only, so an array library that follows the
+standard (array-api-strict in the tests, CuPy next) runs the construction through them as they
+stand; the float64 CPU arithmetic (:mod:`construct.arith.cpu`) and mpmath
+(:mod:`construct.arith.mp`) replace the kernels with LAPACK's and mpmath's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class RowRank:
+    """The rank of a ``T``-row matrix and what decided it.
+
+    Attributes:
+        rank: numerical rank under :meth:`Arithmetic.rank_tol`.
+        sigma_max, sigma_min: largest and ``T``-th singular values (0 when there are fewer).
+        tol: the rank tolerance used.
+    """
+
+    rank: int
+    sigma_max: float
+    sigma_min: float
+    tol: float
+
+
+class Arithmetic:
+    """Numbers for the construction: an array namespace and the kernels the stages need.
+
+    Attributes:
+        xp: the array namespace of the arrays it makes (``numpy`` for float64 and mpmath).
+        bits: mantissa bits (53 for float64).
+        weights_bits: what :attr:`construct.model.Weights.bits` records for weights made in it
+            (None for float64).
+        low: the float64 arithmetic beside it, for quantities that only need to be large enough
+            (scales, norms, the scale search); itself for a float64 arithmetic.
+        rounds_weights: see below.
+    """
+
+    bits = 53
+    weights_bits: int | None = None
+    # True when a kernel may return more digits than the arithmetic's own (mpmath's matrix
+    # routines): the weights are rounded after the construction and the features recomputed.
+    rounds_weights = False
+
+    def __init__(self, xp, device=None, host_device=None):
+        self.xp = xp
+        self.device = device                # where arrays are made (None: the namespace's default)
+        self.host_device = host_device      # what to_host moves an array to first, when not None
+        self.low = self
+
+    def __repr__(self) -> str:
+        return f"<{self.name} arithmetic>"
+
+    @property
+    def name(self) -> str:
+        return f"float64 ({getattr(self.xp, '__name__', self.xp)})"
+
+    @property
+    def eps(self) -> float:
+        """Unit roundoff ``2^(1 − bits)`` (``numpy.finfo(float64).eps`` for float64)."""
+        return 2.0 ** (1 - self.bits)
+
+    # -- execution ------------------------------------------------------------------------------
+
+    def session(self):
+        """Context for a whole construction (precision, thread policy)."""
+        return self.working()
+
+    def working(self):
+        """Context in which this arithmetic's elementwise functions compute at its precision."""
+        return contextlib.nullcontext()
+
+    def heavy(self):
+        """Context for a few large operations (a full factorization, a pass over every example)."""
+        return contextlib.nullcontext()
+
+    def rows(self, fn, n: int) -> list:
+        """``fn(lo, hi)`` over a split of ``range(n)`` into row blocks, in order; the blocks may
+        run in parallel, so ``fn`` must only read shared arrays and write its own rows."""
+        return [fn(0, n)]
+
+    def together(self, first, second) -> tuple:
+        """``(first(), second())``; the two may run in parallel."""
+        return first(), second()
+
+    # -- arrays ---------------------------------------------------------------------------------
+
+    def asarray(self, x):
+        """``x`` (host float64, or already this arithmetic's) as this arithmetic's array."""
+        return self.xp.asarray(x, dtype=self.xp.float64, device=self.device)
+
+    def constant(self, x: np.ndarray):
+        """A host array of integers or booleans as this arithmetic's array."""
+        return self.xp.asarray(x, device=self.device)
+
+    def to_host(self, x) -> np.ndarray:
+        """Nearest float64 values as a NumPy array (reports, and choices that need no more)."""
+        return self.to_numpy(x).astype(np.float64, copy=False)
+
+    def to_numpy(self, A) -> np.ndarray:
+        """``A`` as a NumPy array holding the same numbers (what a weights file stores)."""
+        if isinstance(A, np.ndarray):
+            return A
+        if self.host_device is not None:
+            A = A.to_device(self.host_device)
+        return np.from_dlpack(A).copy()
+
+    def indices(self, x) -> np.ndarray:
+        """Integer array ``x`` as host integers."""
+        return self.to_numpy(x).astype(np.int64)
+
+    def lowered(self, x):
+        """``x`` in :attr:`low`'s arrays (itself, for a float64 arithmetic)."""
+        return x if self.low is self else self.low.asarray(self.to_host(x))
+
+    def scalar(self, x) -> float:
+        return float(self.to_host(x))
+
+    def zeros(self, shape):
+        return self.xp.zeros(shape, dtype=self.xp.float64, device=self.device)
+
+    def rounded(self, A):
+        """``A`` rounded to this arithmetic's precision (a kernel may return extra digits)."""
+        return A
+
+    def copy(self, A):
+        return self.xp.asarray(A, copy=True)
+
+    def exp(self, A):
+        return self.xp.exp(A)
+
+    def log(self, A):
+        return self.xp.log(A)
+
+    def sqrt(self, A):
+        return self.xp.sqrt(A)
+
+    def ldexp(self, A, e: int):
+        """``A · 2^e``, exact away from overflow and underflow."""
+        return A * 2.0 ** e
+
+    # -- products -------------------------------------------------------------------------------
+
+    def token_dot(self, E, w):
+        """``E^(t) w^(t)`` for each example: ``E`` (T, n, d), ``w`` (T, d) → (T, n)."""
+        return self.xp.matmul(E, w[:, :, None])[:, :, 0]
+
+    def token_mix(self, E, s):
+        """``E^(t)T s^(t)`` for each example: ``E`` (T, n, d), ``s`` (T, n) → (T, d)."""
+        return self.xp.matmul(s[:, None, :], E)[:, 0, :]
+
+    def head_values(self, Z, W_V):
+        """``[W_V[h]^T z_h]_h`` for each example: ``Z`` (T, H·d), ``W_V`` (H, d, d_v) → (T, H·d_v)."""
+        T = Z.shape[0]
+        H, d, d_v = W_V.shape
+        Zh = self.xp.permute_dims(self.xp.reshape(Z, (T, H, d)), (1, 0, 2))         # (H, T, d)
+        out = self.xp.matmul(Zh, W_V)                                              # (H, T, d_v)
+        return self.xp.reshape(self.xp.permute_dims(out, (1, 0, 2)), (T, H * d_v))
+
+    def pick_tokens(self, E, j: np.ndarray):
+        """``E^(t)`` row ``j[t]`` for each example (``j`` host integers), exactly."""
+        one_hot = np.zeros(E.shape[:2])
+        one_hot[np.arange(E.shape[0]), j] = 1.0
+        return self.token_mix(E, self.asarray(one_hot))
+
+    def vector_norm(self, A, axis=None):
+        """Euclidean norms along ``axis`` (of all of ``A`` when None)."""
+        return self.xp.sqrt(self.xp.sum(A * A, axis=axis))
+
+    # -- linear algebra -------------------------------------------------------------------------
+
+    def svdvals(self, A):
+        """Singular values, descending."""
+        return self.xp.linalg.svdvals(A)
+
+    def rank_tol(self, sigma_max: float, shape: tuple[int, ...]) -> float:
+        """The one rank tolerance, NumPy's ``matrix_rank`` convention: a singular value counts
+        when it exceeds ``max(shape) · eps · σ_max``."""
+        return max(shape) * self.eps * sigma_max
+
+    def numerical_rank(self, A) -> tuple[int, np.ndarray]:
+        """Rank of ``A`` under :meth:`rank_tol`, with its singular values (host, descending)."""
+        s = self.to_host(self.svdvals(A)) if min(A.shape) else np.zeros(0)
+        if s.size == 0:
+            return 0, s
+        return int(np.sum(s > self.rank_tol(s[0], A.shape))), s
+
+    def smallest_singular_value(self, A) -> float:
+        return float(self.to_host(self.svdvals(A))[-1])
+
+    def spectral_norm(self, A) -> float:
+        """``‖A‖_2`` as a host float."""
+        if 0 in A.shape:
+            return 0.0
+        return float(self.to_host(self.svdvals(A))[0])
+
+    def norm2(self, A) -> float:
+        """``‖A‖_2`` (by singular values; see :meth:`spectral_norm` for the cheap form)."""
+        return self.spectral_norm(A)
+
+    def smallest_eigenvalue(self, G) -> float:
+        return float(self.to_host(self.xp.linalg.eigvalsh(G))[0])
+
+    def solve(self, A, B):
+        """``A^{-1} B`` for square ``A``."""
+        if B.ndim == 1:
+            return self.xp.linalg.solve(A, B[:, None])[:, 0]
+        return self.xp.linalg.solve(A, B)
+
+    def _r_factor(self, A):
+        """``R`` of ``A^T = Q R`` for ``A`` of full row rank (``R^T R = A A^T``)."""
+        return self.xp.linalg.qr(self.xp.matrix_transpose(A), mode="reduced").R
+
+    def gram_solve_rows(self, A, rhs):
+        """``(A A^T)^{-1} rhs`` for ``A`` of full row rank, by the QR of ``A^T``."""
+        R = self._r_factor(A)
+        return self.solve(R, self.solve(self.xp.matrix_transpose(R), rhs))
+
+    def min_norm_rows(self, E, ell):
+        """Minimum-norm ``u^(t)`` with ``E^(t) u^(t) = ℓ^(t)``: ``E`` (m, n, d) of full row rank
+        per example, ``ell`` (m, n) → (m, d)."""
+        Q, R = self.xp.linalg.qr(self.xp.matrix_transpose(E))                     # E^T = Q R
+        y = self.xp.linalg.solve(self.xp.matrix_transpose(R), ell[..., None])     # R^T y = ℓ
+        return self.xp.matmul(Q, y)[..., 0]
+
+    def inverse_gram_times(self, A, U):
+        """``U^T (A^T A)^{-1}`` for ``A`` (d, m) of full column rank and ``U`` (m, d): (d, m)."""
+        return self.xp.matrix_transpose(self.gram_solve_rows(self.xp.matrix_transpose(A), U))
+
+    def complement(self, A):
+        """Orthonormal columns spanning the orthogonal complement of ``A``'s columns, ``A``
+        (d, m) of full column rank: (d, d − m), in float64."""
+        Q = self.xp.linalg.qr(A, mode="complete").Q
+        return Q[:, A.shape[1]:]
+
+    def span_projector(self, A):
+        """Orthonormal basis (d, m) of the span of ``A``'s columns, ``A`` (d, m) of full column rank."""
+        return self.xp.linalg.qr(A, mode="reduced").Q
+
+    def least_squares_residual(self, A, x) -> float:
+        """``min_c ‖A c − x‖`` for ``A`` (d, m)."""
+        if A.shape[1] == 0:
+            return float(self.to_host(self.vector_norm(x, 0)))
+        Q = self.span_projector(A)
+        return float(self.to_host(self.vector_norm(x - Q @ (self.xp.matrix_transpose(Q) @ x), 0)))
+
+    def row_reduction(self, Z):
+        """The row-space factor of ``Z`` that the head loop grows (:mod:`construct.arith.factor`)."""
+        from .factor import GramRowReduction
+        return GramRowReduction(Z, self)
+
+    def min_norm_solve(self, Z, reduction, Y):
+        """Minimum-norm ``B`` with ``Z B = Y`` (``Z`` of full row rank): ``Z^T (Z Z^T)^{-1} Y``."""
+        return self.xp.matrix_transpose(Z) @ self.gram_solve_rows(Z, Y)
+
+    def row_rank(self, Z, reduction=None) -> RowRank:
+        """Rank of ``Z`` (T rows) and its extreme singular values, from those of ``Z`` itself."""
+        T = Z.shape[0]
+        rank, s = self.numerical_rank(Z)
+        s_max = float(s[0]) if s.size else 0.0
+        s_min = float(s[T - 1]) if s.size >= T else 0.0
+        return RowRank(rank, s_max, s_min, float(self.rank_tol(s_max, Z.shape)))
+
+    def positive_definite(self, G) -> bool:
+        """Whether every matrix of the stack ``G`` is (numerically) positive definite."""
+        return bool(np.all(self.to_host(self.xp.linalg.eigvalsh(G))[..., 0] > 0))
+
+    def softmax_shift(self, logits):
+        """A value per row subtracted from the logits before ``exp``: the row's maximum, so that
+        no exponential overflows."""
+        return self.xp.max(logits, axis=-1, keepdims=True)

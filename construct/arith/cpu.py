@@ -1,0 +1,223 @@
+"""Float64 on the CPU: NumPy arrays, LAPACK through SciPy, and the CPU's execution policy.
+
+The construction runs its many small, skinny operations with BLAS on one thread and splits its
+passes over all examples in two halves on two threads of its own (:mod:`construct.arith.threads`);
+the few large operations (the final factorization, verification) run in SciPy's BLAS pool alone.
+None of this changes a bit of the results: same seed, same weights, on any number of cores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from . import lapack, threads
+from .base import Arithmetic, RowRank
+from .lapack import EPS
+
+
+class NumpyArithmetic(Arithmetic):
+    """What float64 and mpmath share: NumPy arrays (``float64`` or ``object`` of mpmath
+    numbers) and NumPy's contractions, whose summation order the weights' bits depend on."""
+
+    def __init__(self):
+        super().__init__(np)
+
+    def to_host(self, x) -> np.ndarray:
+        return np.asarray(x).astype(np.float64)
+
+    def copy(self, A):
+        return np.array(A, copy=True)
+
+    def constant(self, x: np.ndarray):
+        return np.asarray(x)
+
+    def to_numpy(self, A) -> np.ndarray:
+        return np.asarray(A)
+
+    def token_dot(self, E, w):
+        return np.einsum("tnd,td->tn", E, w)
+
+    def token_mix(self, E, s):
+        return np.einsum("tnd,tn->td", E, s)
+
+    def head_values(self, Z, W_V):
+        T = Z.shape[0]
+        H, d, _ = W_V.shape
+        return np.einsum("thd,hdv->thv", Z.reshape(T, H, d), W_V).reshape(T, -1)
+
+    def pick_tokens(self, E, j: np.ndarray):
+        return E[np.arange(E.shape[0]), j]
+
+    def min_norm_solve(self, Z, reduction, Y):
+        return Z.T @ self.gram_solve_rows(Z, Y)
+
+    def complement(self, A):
+        Q, _ = np.linalg.qr(self.to_host(A), mode="complete")
+        return Q[:, A.shape[1]:]
+
+
+class Float64(NumpyArithmetic):
+    """IEEE-754 double precision on the CPU (NumPy, SciPy's LAPACK)."""
+
+    def __init__(self):
+        super().__init__()
+        self.parallel = False          # the two-thread split, decided when a session starts
+        self._threads = 0              # BLAS threads found when the session started
+
+    @property
+    def name(self) -> str:
+        return "float64"
+
+    @property
+    def eps(self) -> float:
+        return EPS
+
+    # -- execution ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def session(self):
+        """BLAS on one thread for the construction's many small operations, and the passes over
+        all examples in two halves on two threads when BLAS had more than one."""
+        saved = self.parallel, self._threads
+        self._threads = threads.blas_threads()
+        self.parallel = self._threads > 1
+        try:
+            with threads.blas_limit(1):
+                yield self
+        finally:
+            self.parallel, self._threads = saved
+
+    def heavy(self):
+        """SciPy's BLAS pool with every thread (as many as BLAS had), NumPy's pool on one."""
+        return threads.scipy_threads(self._threads or threads.blas_threads())
+
+    def rows(self, fn, n: int) -> list:
+        return list(threads.halves(fn, n, self.parallel))
+
+    def together(self, first, second) -> tuple:
+        return threads.together(first, second, self.parallel)
+
+    # -- arrays ---------------------------------------------------------------------------------
+
+    def asarray(self, x):
+        return np.asarray(x, dtype=np.float64)
+
+    def zeros(self, shape):
+        return np.zeros(shape)
+
+    def rounded(self, A):
+        return np.asarray(A, dtype=np.float64)
+
+    def ldexp(self, A, e: int):
+        return np.ldexp(A, e)
+
+    def vector_norm(self, A, axis=None):
+        return np.linalg.norm(A, axis=axis)
+
+    # -- linear algebra -------------------------------------------------------------------------
+
+    def svdvals(self, A):
+        return lapack.svdvals(A)
+
+    def smallest_singular_value(self, A) -> float:
+        return float(np.linalg.svd(A, compute_uv=False)[-1])
+
+    def spectral_norm(self, A) -> float:
+        """``‖A‖_2`` from the largest eigenvalue of the smaller Gram matrix (well conditioned)."""
+        A = self.to_host(A)
+        if A.size == 0:
+            return 0.0
+        G = A @ A.T if A.shape[0] <= A.shape[1] else A.T @ A
+        return float(np.sqrt(max(np.linalg.eigvalsh(G)[-1], 0.0)))
+
+    def norm2(self, A) -> float:
+        return float(np.linalg.norm(A, 2))
+
+    def smallest_eigenvalue(self, G) -> float:
+        return float(np.linalg.eigvalsh(G)[0])
+
+    def solve(self, A, B):
+        return np.linalg.solve(A, B)
+
+    def gram_solve_rows(self, A, rhs):
+        return lapack.gram_solve(lapack.qr_r(A.T), rhs)
+
+    def min_norm_rows(self, E, ell):
+        Q, R = np.linalg.qr(np.swapaxes(E, 1, 2))           # E^T = Q R, Q (m, d, n), R (m, n, n)
+        y = np.linalg.solve(np.swapaxes(R, 1, 2), ell[..., None])  # R^T y = ℓ
+        return (Q @ y)[..., 0]
+
+    def inverse_gram_times(self, A, U):
+        _, R = np.linalg.qr(A)
+        # (A^T A)^{-1} = R^{-1} R^{-T}, so the result's transpose is R^{-1} R^{-T} U.
+        return lapack.gram_solve(R, U).T
+
+    def span_projector(self, A):
+        return np.linalg.qr(A)[0]
+
+    def least_squares_residual(self, A, x) -> float:
+        if A.shape[1] == 0:
+            return float(np.linalg.norm(x))
+        coef, *_ = np.linalg.lstsq(A, x, rcond=None)
+        return float(np.linalg.norm(x - A @ coef))
+
+    def row_reduction(self, Z):
+        from .factor import RowSpaceFactor
+        return RowSpaceFactor(Z, self.parallel)
+
+    def min_norm_solve(self, Z, reduction, Y):
+        """Minimum-norm ``B`` with ``Z B = Y``, given the row reduction's ``R`` (``Z Z^T = R^T R``).
+
+        ``B = Z^T R^{-1} R^{-T} Y`` (the semi-normal equations, which need no ``Q``), refined by
+        iterative correction while the residual decreases: each step costs two triangular solves
+        and two products with ``Z``, and brings the error from ``ε·cond(Z)²`` towards ``ε·cond(Z)``.
+        """
+        R = reduction.R
+
+        def step(rhs: np.ndarray) -> np.ndarray:
+            return Z.T @ lapack.gram_solve(R, rhs)
+
+        B = step(Y)
+        r = Y - Z @ B
+        best = np.abs(r).max()
+        for _ in range(_REFINEMENT_STEPS):
+            B_new = B + step(r)
+            r_new = Y - Z @ B_new
+            err = np.abs(r_new).max()
+            if err >= best:
+                break
+            B, r, best = B_new, r_new, err
+        return B
+
+    def row_rank(self, Z, reduction=None) -> RowRank:
+        """Rank of ``Z`` (T rows): from the row reduction's ``R`` when given (``R^T R = Z Z^T``),
+        else from a fresh factor (:func:`construct.arith.lapack.row_factor`); from the singular
+        values of ``Z`` when it has fewer columns than rows."""
+        T = Z.shape[0]
+        if Z.shape[1] < T:
+            return super().row_rank(Z)
+        if reduction is None:
+            R, (s_max, s_min) = lapack.row_factor(Z)
+        else:
+            R = reduction.R
+            s_max, s_min = lapack.triangular_extremes(R)
+        tol = self.rank_tol(s_max, Z.shape)
+        # σ_min(Z) > tolerance ⇔ all T singular values count: rank Z = T.
+        rank = T if s_min > tol else self.numerical_rank(R)[0]
+        return RowRank(rank, s_max, s_min, tol)
+
+    def positive_definite(self, G) -> bool:
+        try:
+            np.linalg.cholesky(G)
+        except np.linalg.LinAlgError:
+            return False
+        return True
+
+    def right_inverse(self, Z):
+        """An approximate right inverse of ``Z`` (:func:`construct.arith.lapack.right_inverse`)."""
+        return lapack.right_inverse(Z)
+
+
+_REFINEMENT_STEPS = 4

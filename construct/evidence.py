@@ -1,0 +1,132 @@
+"""What a build returns: the weights, and per head the evidence and (on request) the arrays."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .data import Dataset
+from .model import Weights
+from .verify import Verification
+
+
+@dataclass(frozen=True)
+class HeadEvidence:
+    """What the construction proved for one head.
+
+    Attributes:
+        head: head number, from 1.
+        examples: the group it fits exactly, as ``[first, last]`` example indices.
+        scale: the saturation scale ``c_h`` used (0 for head 1, which has no earlier examples).
+        scale_explicit: the explicit scale of MATH.md §4.4.5 (Lemma 4 + Weyl), what the
+            existence argument asks for; ``scale`` is smaller when the build searched for the
+            smallest scale that keeps the rank (``rank``) or the proof's saturation argument
+            (``saturating``).
+        delta_min: smallest Lemma 3 gap ``δ_t`` over the earlier examples (None for head 1).
+        sigma_min_M: ``σ_min`` of the reduced new rows ``M`` (Z's rows for head 1).
+        C_norm: ``‖C‖_2`` of the row reduction.
+        ell_inf_max: largest ``‖ℓ^(t)‖_∞`` over the earlier examples.
+        perturbation_bound: Lemma 4 + Weyl bound on ``‖C(Z''_A − Z̄_A)‖_2`` at ``c_h``; below
+            ``σ_min(M)`` proves the rank grows by the group size.
+        perturbation_measured: ``‖C(Z''_A − Z̄_A)‖_2`` measured on the head's features at
+            ``c_h``; below ``σ_min(M)`` shows the same by Weyl (Lemma 5) on the actual matrices.
+        sigma_min_N: ``σ_min`` of the reduced new rows ``N = Z''_S − C Z''_A`` at ``c_h``, measured:
+            positive is the rank step itself (Lemma 1 after the row operation).
+        rounding_estimate: MATH.md §5's size of the rounding of the group's logits at the build's
+            precision (:func:`construct.policy.logit_rounding`: the rank-one term's
+            ``c_h ε ‖a‖ ‖b‖ ‖x‖ ‖E‖`` and any cancellation inside ``W_K W_Q^T``).
+        target_error: measured ``max |z^(t) − E^(t)T s^(t)|`` on the group (exact up to rounding).
+        draws: random draws used (targets and separator).
+    """
+
+    head: int
+    examples: list[int]
+    scale: float
+    scale_explicit: float
+    delta_min: float | None
+    sigma_min_M: float
+    C_norm: float
+    ell_inf_max: float
+    perturbation_bound: float
+    perturbation_measured: float
+    sigma_min_N: float
+    rounding_estimate: float
+    target_error: float
+    draws: int
+
+
+@dataclass(frozen=True)
+class HeadTrace:
+    """The arrays one head's step produced (kept only with ``build(..., trace=True)``).
+
+    Attributes:
+        examples: the group ``S`` it fits.
+        targets: the attention targets ``s^(t)`` on ``S``, shape (|S|, n).
+        a, b: Lemma 3's separator ``W' = a b^T`` (None for head 1), shape (d,) each.
+        j_star: the token each earlier example saturates to, ``j*(t)`` for ``t ∈ A``, shape (|A|,).
+        delta: Lemma 3's gaps ``δ_t``, shape (|A|,).
+        C: the row reduction's ``Z'_S (Z'_A)^+``, shape (|S|, |A|).
+        F: ``C Z̄_A``, shape (|S|, d).
+        M: the reduced new rows ``E^(t)T s^(t) − f^(t)``, shape (|S|, d).
+    """
+
+    examples: range
+    targets: np.ndarray
+    a: np.ndarray | None
+    b: np.ndarray | None
+    j_star: np.ndarray
+    delta: np.ndarray
+    C: np.ndarray
+    F: np.ndarray
+    M: np.ndarray
+
+
+@dataclass(frozen=True)
+class HeadStep:
+    """One head's step of the construction: its evidence and its arrays."""
+
+    evidence: HeadEvidence
+    trace: HeadTrace
+
+
+@dataclass
+class BuildResult:
+    """Weights and the evidence that they memorize the dataset.
+
+    Attributes:
+        weights: the constructed weights.
+        data: the dataset they memorize.
+        k: ``min(n, d_h)``; capacity is ``H(k − 1) + 1``.
+        capacity: the number of examples Theorem 1 guarantees.
+        heads: evidence per head used.
+        verification: the final check by the forward pass (rank Z, max error).
+        seed: the random seed; the same seed gives identical weights.
+        timings: seconds per stage.
+        scale: how the saturation scales were chosen (``"rank"``, ``"saturating"`` or ``"explicit"``).
+        precision: the arithmetic the construction ran in, and ``precision_reason`` why.
+        trace: per head, the arrays of its step (empty unless built with ``trace=True``).
+    """
+
+    weights: Weights
+    data: Dataset
+    k: int
+    capacity: int
+    heads: list[HeadEvidence]
+    verification: Verification
+    seed: int
+    timings: dict[str, float] = field(default_factory=dict)
+    trace: list[HeadTrace] = field(default_factory=list)
+    scale: str = "rank"
+    precision: str = "float64"
+    precision_reason: str = ""
+
+    @property
+    def max_abs_error(self) -> float:
+        return self.verification.max_abs_error
+
+    def __repr__(self) -> str:
+        v = self.verification
+        return (f"BuildResult(T={self.data.T}, H={self.weights.H}, heads_used={len(self.heads)}, "
+                f"precision={self.precision!r}, scale={self.scale!r}, rank_Z={v.rank_Z}, "
+                f"max_abs_error={v.max_abs_error:.3g}, passed={v.passed})")

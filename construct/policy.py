@@ -1,0 +1,135 @@
+"""The precision policy: float64 while it provably or measurably holds, mpmath otherwise.
+
+``build(precision="auto")`` runs the construction in float64 and keeps the result when MATH.md
+§5's predicted rounding stays below what keeps the rank (each head's ``σ_min(N)``) and, through
+the readout's conditioning, below the tolerance; on small problems a prediction that fails is
+replaced by a measurement of the weights' exact outputs. Otherwise it rebuilds with mpmath at the
+bits the prediction asks for (:func:`construct.precision.bits_needed`).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from .arith import FLOAT64, Mpmath
+from .data import Dataset
+from .errors import ConstructionError
+from .model import Weights, forward
+from .precision import ERROR_TARGET, FLOAT64 as F64, MAX_BITS, Precision, bits_needed
+
+# The mpmath construction, and auto's measurement of float64 outputs at MEASURE_BITS, take on
+# problems up to this many operations, T·H·d·(n + T) (seconds of Python).
+MP_BUDGET = 1_000_000
+MEASURE_BITS = 106
+# auto keeps measured float64 weights when their exact outputs' error plus this many times the
+# rounding of numpy's float64 forward pass stays within the tolerance: any other float64
+# evaluation rounds in its own order (mpmath at 53 bits rounded 3x more than numpy on a
+# near-degenerate problem hypothesis found).
+EVALUATION_SLACK = 4
+
+
+def logit_rounding(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray, eps: float = FLOAT64.eps) -> float:
+    """MATH.md §5's estimate of the rounding of the logits ``E^(t) W_K W_Q^T x^(t)`` over the examples.
+
+    The standard bound for a product evaluated through its factors, ``γ_k ‖E‖ ‖W_K‖ ‖W_Q‖ ‖x‖``
+    with ``γ_k ≈ k ε`` and ``k = d + d_h``. With a saturation scale ``c`` in ``W_K`` it contains
+    the rank-one term's ``c ε ‖a‖ ‖b‖ ‖x‖ ‖E‖``; with nearly dependent tokens or queries it is the
+    cancellation inside ``W_K W_Q^T``. Host float64 arrays.
+    """
+    E, X, W_K, W_Q = (FLOAT64.to_host(v) for v in (E, X, W_K, W_Q))
+    if not E.size or not W_K.size:
+        return 0.0
+    k = E.shape[-1] + W_K.shape[1]
+    norms = FLOAT64.vector_norm(E, axis=(1, 2)) * FLOAT64.vector_norm(X, axis=1)
+    return float(k * eps * FLOAT64.norm2(W_K) * FLOAT64.norm2(W_Q) * norms.max())
+
+
+def rounding_ratio(result) -> float:
+    """MATH.md §5 for a build: the largest ratio, over heads, of the rounding of the group's
+    features (``2ρ`` times the predicted logit rounding, ``rounding_estimate``) to what the rank
+    step can absorb, ``σ_min(N)`` of the reduced new rows. Above 1, the build's precision is not
+    enough to trust the rank step."""
+    rho = _largest_token_norm(result.data)
+    worst = 0.0
+    for e in result.heads:
+        room = e.sigma_min_N
+        worst = max(worst, 2 * rho * e.rounding_estimate / room if room > 0 else float("inf"))
+    return worst
+
+
+def _largest_token_norm(data: Dataset) -> float:
+    return float(FLOAT64.vector_norm(FLOAT64.to_host(data.E), axis=2).max())
+
+
+def mp_cost(data: Dataset, H: int) -> int:
+    """Rough count of scalar operations of the mpmath path: forward pass plus the T × T solves."""
+    return data.T * H * data.d * (data.n + data.T)
+
+
+def errors_at(weights: Weights, data: Dataset, bits: int) -> tuple[float, float]:
+    """For float64 weights: ``max |f − y|`` with ``f`` evaluated at ``bits`` bits (their exact
+    model, nearly), and ``max |f_64 − f|``, the rounding of numpy's float64 forward pass."""
+    out64 = forward(data.E, data.X, weights)
+    mp = Mpmath(bits)
+    with mp.working():
+        w = weights.map(mp.asarray, bits=bits)
+        out = forward(mp.asarray(data.E), mp.asarray(data.X), w, mp)
+        return (float(np.abs(out - mp.asarray(data.Y)).max()),
+                float(np.abs(mp.asarray(out64) - out).max()))
+
+
+def choose(data: Dataset, heads: int, chosen, build_at: Callable):
+    """The build at the precision ``chosen`` (a :class:`Precision`, or ``"auto"``).
+
+    ``build_at(prec, why)`` runs the construction at one precision and returns its result.
+
+    Raises:
+        ConstructionError: float64 failed and mpmath is beyond its budget at this size, or the
+            prediction asks for more than :data:`construct.precision.MAX_BITS` bits.
+    """
+    if chosen != "auto":
+        result = build_at(chosen, "requested")
+        if chosen.is_float64 and rounding_ratio(result) > 1:
+            result.precision_reason += (f"; MATH.md §5 predicts rounding {rounding_ratio(result):.3g}x what keeps "
+                                        "the rank: the float64 check passed, certify before relying on it")
+        return result
+    result = None
+    small = mp_cost(data, heads) <= MP_BUDGET
+    try:
+        result = build_at(F64, "auto: float64 holds the construction")
+        ratio = rounding_ratio(result)
+        v = result.verification
+        condition = v.sigma_max_Z / v.sigma_min_Z if v.sigma_min_Z > 0 else float("inf")
+        feature_rounding = 2 * _largest_token_norm(data) * max(e.rounding_estimate for e in result.heads)
+        # float64 must keep the rank step and, through the readout (cond Z), the labels. The
+        # output prediction is a worst case; when it fails on a small problem, measure instead.
+        if ratio <= 1.0 and feature_rounding * condition <= v.tol:
+            return result
+        if ratio <= 1.0 and small:
+            exact, rounding = errors_at(result.weights, data, MEASURE_BITS)
+            if exact + EVALUATION_SLACK * rounding <= v.tol:
+                result.precision_reason = (f"auto: float64; the outputs of these weights, evaluated at "
+                                           f"{MEASURE_BITS} bits, are within {exact:.3g} of the labels, and "
+                                           f"float64 evaluation moves them by {rounding:.3g}")
+                return result
+        why = (f"auto: in float64, MATH.md §5's worst-case estimate puts the rounding at {ratio:.3g}x what "
+               f"keeps the rank and up to {feature_rounding * condition:.3g} on the outputs (allowed "
+               f"{v.tol:.3g}); largest c_h = {max(e.scale for e in result.heads):.3g}, cond(Z) = {condition:.3g}")
+    except ConstructionError as exc:
+        if not small:
+            raise ConstructionError(f"{exc}; the mpmath path is beyond its budget at this size "
+                                    f"(T·H·d·(n+T) > {MP_BUDGET})") from None
+        feature_rounding, condition = 1.0, float("inf")
+        why = f"auto: float64 failed ({str(exc).split(';')[0]})"
+    bits = bits_needed(feature_rounding, condition)
+    if bits > MAX_BITS:
+        raise ConstructionError(f"{why}; the prediction asks for {bits} bits, beyond the most this engine "
+                                f"uses ({MAX_BITS}): the data is too close to degenerate")
+    if not small and result is not None:
+        result.precision_reason = (f"{why}; the mpmath path ({bits} bits) is beyond its budget for this size, "
+                                   "so these are the float64 weights: certify before relying on them")
+        return result
+    return build_at(Precision(bits), f"{why}; {bits} bits bring the predicted output rounding below "
+                                     f"{ERROR_TARGET:g}")

@@ -1,0 +1,55 @@
+"""Stage 1: the request against Theorem 1's hypotheses, and what a build will hold in memory."""
+
+from __future__ import annotations
+
+from .assumptions import a2_violations
+from .data import Dataset
+from .errors import CapacityError, InputError
+from .model import capacity, heads_needed
+
+
+def validate(data: Dataset, H: int, d_h: int, d_v: int) -> int:
+    """Stage 1: check the request against Theorem 1's hypotheses; returns ``k``.
+
+    Raises:
+        CapacityError: ``T > H(k − 1) + 1`` (the message says how many heads would suffice).
+        InputError: every other problem, listed at once: non-positive sizes, ``n > d``,
+            ``d_o > d_v`` or ``d_o > d``, contexts without full row rank (A2), by example.
+    """
+    problems = [f"{name} must be a positive integer, got {v}" for name, v in
+                (("heads H", H), ("head dim d_h", d_h), ("value dim d_v", d_v)) if v < 1]
+    if problems:
+        raise InputError(problems, what="invalid model shape")
+    T, n, d, d_o = data.T, data.n, data.d, data.d_o
+    k = min(n, d_h)
+    if n > d:
+        problems.append(f"E: context size n = {n} exceeds token dimension d = {d}; A2 needs n ≤ d")
+    if d_o > d_v:
+        problems.append(f"Y: d_o = {d_o} output columns need value dim d_v ≥ {d_o}, got d_v = {d_v}")
+    if d_o > d:
+        problems.append(f"Y: d_o = {d_o} output columns exceed the token dimension d = {d}")
+    if n <= d:
+        bad = a2_violations(data.E)
+        if bad.size:
+            shown = ", ".join(map(str, bad[:20])) + (f", … ({bad.size} in all)" if bad.size > 20 else "")
+            problems.append(f"E: context of example(s) {shown} is not of full row rank (A2 needs "
+                            f"rank E^(t) = n = {n}: distinct, linearly independent tokens)")
+    cap = capacity(H, n, d_h)
+    if T > cap:
+        need = heads_needed(T, k)
+        hint = (f"{need} heads would suffice" if need is not None
+                else "no number of heads suffices with k = 1; raise the head dim and context size")
+        problems.append(f"T = {T} examples exceed the capacity H(k−1)+1 = {cap} of H = {H} heads "
+                        f"with k = min(n = {n}, d_h = {d_h}) = {k}; {hint}")
+        raise CapacityError(problems, what="dataset over capacity")
+    if problems:
+        raise InputError(problems, what="the dataset does not meet Theorem 1's hypotheses")
+    return k
+
+
+def memory_estimate(data: Dataset, H: int, d_h: int, d_v: int) -> int:
+    """Bytes a float64 build holds at its peak, about: ``Z`` and its copy in the final check,
+    three ``T × T`` triangular factors (old, bordered, checked), the data three times over, and
+    the weights."""
+    T, n, d = data.T, data.n, data.d
+    return 8 * (2 * T * H * d + 3 * T * T + 3 * T * (n * d + d + data.d_o) + H * d * (2 * d_h + d_v))

@@ -1,0 +1,82 @@
+"""The stages are generic: the whole construction runs on array-api-strict arrays (issue #12).
+
+array-api-strict implements the Python array API standard and nothing more: any stray NumPy call,
+NumPy-only method or implicit conversion in stage code fails here. This is what keeps a new
+arithmetic (CuPy) from failing or silently copying to the host. The kernels used are the
+standard's ``linalg`` extension, through :class:`construct.arith.Arithmetic`'s generic methods.
+"""
+
+import numpy as np
+import pytest
+
+from construct import synthetic, verify
+from construct.arith import FLOAT64, Arithmetic
+from construct.build import build_in
+from construct.model import Weights, capacity, feature_matrix, forward, head_features, output_from_features
+
+xp = pytest.importorskip("array_api_strict")
+
+
+@pytest.fixture
+def strict():
+    """Float64 on array-api-strict's second device: its arrays refuse conversion to NumPy, as a
+    GPU's do, so a stray NumPy call on them fails instead of copying silently."""
+    return Arithmetic(xp, device=xp.Device("device1"), host_device=xp.Device("CPU_DEVICE"))
+
+
+def options(H, **kw):
+    return dict(heads=H, head_dim=kw.pop("head_dim", 4), value_dim=kw.pop("value_dim", 1), skip=False, seed=3,
+                tol=1e-8, scale="rank", **kw)
+
+
+@pytest.mark.parametrize("kind", ["independent", "general-position"])
+@pytest.mark.parametrize("scale", ["rank", "saturating", "explicit"])
+def test_the_construction_runs_on_strict_arrays_and_memorizes(strict, kind, scale):
+    H, n = 4, 4
+    data = synthetic(kind, T=capacity(H, n, n), n=n, d=7, seed=5)
+    result = build_in(strict, data, "array-api-strict", **{**options(H), "scale": scale})
+    assert result.verification.passed and result.verification.rank_Z == data.T
+    assert result.precision == "float64 (array_api_strict)"
+    assert all(type(a) is np.ndarray for a in (result.weights.W_K, result.weights.W_V))
+    # The weights are ordinary float64 arrays: the CPU arithmetic verifies them.
+    check = verify(result.weights, data)
+    assert check.passed and check.max_abs_error <= 1e-9
+
+
+@pytest.mark.parametrize("skip,d_o,d_h", [(True, 1, 4), (False, 3, 4), (False, 1, 3)])
+def test_skip_outputs_and_narrow_heads_on_strict_arrays(strict, skip, d_o, d_h):
+    H, n = 4, 4
+    data = synthetic("independent", T=capacity(H, n, d_h), n=n, d=7, d_o=d_o, seed=9)
+    result = build_in(strict, data, "array-api-strict",
+                      **{**options(H, head_dim=d_h, value_dim=d_o + 1), "skip": skip})
+    assert verify(result.weights, data).passed
+
+
+def test_the_forward_pass_is_one_definition_for_both_arithmetics(strict):
+    rng = np.random.default_rng(0)
+    T, n, d, H, d_h = 6, 3, 5, 2, 3
+    E, X = rng.standard_normal((T, n, d)), rng.standard_normal((T, d))
+    w = Weights(rng.standard_normal((H, d, d_h)), rng.standard_normal((H, d, d_h)), rng.standard_normal((H, d, 2)),
+                rng.standard_normal((H * 2, d)), rng.standard_normal((d, 2)), skip=True)
+    on_strict = w.map(strict.asarray)
+    Es, Xs = strict.asarray(E), strict.asarray(X)
+    assert np.allclose(strict.to_host(head_features(Es, Xs, on_strict.W_K[0, ...], on_strict.W_Q[0, ...], strict)),
+                       head_features(E, X, w.W_K[0], w.W_Q[0]), rtol=1e-13, atol=1e-13)
+    Z = feature_matrix(Es, Xs, on_strict, strict)
+    assert np.allclose(strict.to_host(Z), feature_matrix(E, X, w), rtol=1e-13, atol=1e-13)
+    out = output_from_features(Z, Xs, on_strict, strict)
+    assert np.allclose(strict.to_host(out), forward(E, X, w), rtol=1e-12, atol=1e-12)
+
+
+def test_strict_arrays_refuse_numpy_calls(strict):
+    """The test above means something: NumPy's own functions do not take strict arrays silently."""
+    with pytest.raises((TypeError, RuntimeError, ValueError)):
+        np.einsum("ij->i", strict.asarray(np.ones((2, 2))))
+
+
+def test_the_generic_rank_agrees_with_lapack(strict):
+    rng = np.random.default_rng(1)
+    A = rng.standard_normal((6, 9)) @ np.diag(10.0 ** -np.arange(9))
+    rank, s = strict.numerical_rank(strict.asarray(A))
+    rank64, s64 = FLOAT64.numerical_rank(A)
+    assert rank == rank64 and np.allclose(s, s64, rtol=1e-10)
