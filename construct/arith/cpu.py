@@ -28,7 +28,7 @@ class NumpyArithmetic(Arithmetic):
         return np.asarray(x).astype(np.float64)
 
     def copy(self, A):
-        return np.array(A, copy=True)
+        return A.copy()                 # C order, whatever A's layout: BLAS's rounding depends on it
 
     def constant(self, x: np.ndarray):
         return np.asarray(x)
