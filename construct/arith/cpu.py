@@ -16,6 +16,9 @@ from . import lapack, threads
 from .base import Arithmetic, RowRank
 from .lapack import EPS
 
+# Iterative-refinement steps of the float64 readout (each: two triangular solves, two products).
+_REFINEMENT_STEPS = 4
+
 
 class NumpyArithmetic(Arithmetic):
     """What float64 and mpmath share: NumPy arrays (``float64`` or ``object`` of mpmath
@@ -219,5 +222,3 @@ class Float64(NumpyArithmetic):
         """An approximate right inverse of ``Z`` (:func:`construct.arith.lapack.right_inverse`)."""
         return lapack.right_inverse(Z)
 
-
-_REFINEMENT_STEPS = 4
