@@ -90,10 +90,6 @@ class Arithmetic:
         run in parallel, so ``fn`` must only read shared arrays and write its own rows."""
         return [fn(0, n)]
 
-    def together(self, first, second) -> tuple:
-        """``(first(), second())``; the two may run in parallel."""
-        return first(), second()
-
     # -- arrays ---------------------------------------------------------------------------------
 
     def asarray(self, x):
@@ -208,9 +204,6 @@ class Arithmetic:
     def norm2(self, A) -> float:
         """``‖A‖_2`` (by singular values; see :meth:`spectral_norm` for the cheap form)."""
         return self.spectral_norm(A)
-
-    def smallest_eigenvalue(self, G) -> float:
-        return float(self.to_host(self.xp.linalg.eigvalsh(G))[0])
 
     def solve(self, A, B):
         """``A^{-1} B`` for square ``A``."""

@@ -99,9 +99,6 @@ class Float64(NumpyArithmetic):
     def rows(self, fn, n: int) -> list:
         return list(threads.halves(fn, n, self.parallel))
 
-    def together(self, first, second) -> tuple:
-        return threads.together(first, second, self.parallel)
-
     # -- arrays ---------------------------------------------------------------------------------
 
     def asarray(self, x):
@@ -137,9 +134,6 @@ class Float64(NumpyArithmetic):
 
     def norm2(self, A) -> float:
         return float(np.linalg.norm(A, 2))
-
-    def smallest_eigenvalue(self, G) -> float:
-        return float(np.linalg.eigvalsh(G)[0])
 
     def solve(self, A, B):
         return np.linalg.solve(A, B)

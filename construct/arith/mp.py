@@ -101,9 +101,6 @@ class Mpmath(NumpyArithmetic):
     def inverse_gram_times(self, A, U):
         return self.solve(A.T @ A, U).T
 
-    def span_projector(self, A):
-        raise NotImplementedError("the partition runs on the float64 data")
-
 
 def _objects(r):
     return r.astype(object) if isinstance(r, np.ndarray) else r

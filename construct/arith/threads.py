@@ -1,7 +1,7 @@
 """CPU execution policy: BLAS thread pools and the construction's own two-thread split.
 
 Only the CPU arithmetic (:mod:`construct.arith.cpu`) uses this module; stage code states what
-may run in parallel (``Arithmetic.rows``, ``Arithmetic.together``) and never how.
+may run in parallel (``Arithmetic.rows``) and never how.
 """
 
 from __future__ import annotations
