@@ -71,14 +71,15 @@ def check_head(result: BuildResult, head: int) -> Check:
     """Claim 2 on head ``head`` (from 2) of a build made with ``trace=True``.
 
     Reads the head's weights as built: ``W_K[h] = [K, c a, 0…]``, ``W_Q[h] = [X_S^T, b, 0…]``, and
-    checks them against the targets and the saturation tokens ``j*`` the construction recorded.
+    checks them against the targets and the saturation tokens ``j*`` the construction recorded (and its separator's ``a``, when ``c = 0`` leaves none in the weights).
     """
     tr, ev = traced_head(result, head, "check_head")
     h = head - 1
     E, X = result.data.E, result.data.X
     S, m, c = tr.examples, len(tr.examples), ev.scale
     W_K, W_Q = result.weights.W_K[h], result.weights.W_Q[h]
-    a = W_K[:, m] / c if c > 0 else np.zeros(W_K.shape[0])
+    # At c = 0 the weights hold no trace of a (their column is c·a = 0): take the recorded one.
+    a = W_K[:, m] / c if c > 0 else tr.a
     E_S, X_S, E_A, X_A = E[S.start:S.stop], X[S.start:S.stop], E[:S.start], X[:S.start]
     sep = lemma3.check(X_S, E_A, X_A, a=a, b=W_Q[:, m])
     hyp = {"c > 0": c > 0, "separator vanishes on S and separates the others (Lemma 3)": bool(sep.conclusion),

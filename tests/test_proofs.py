@@ -61,8 +61,25 @@ def test_prop1_claim2_every_head_of_the_construction_follows_the_proof(p: Proble
     # reduction is Z'_S (Z'_A)^+, the Lemma 4 + Weyl bound is below σ_min(M), the rank grows).
     result = build(p.data, p.H, head_dim=p.d_h, trace=True, precision="float64")   # the checks are float64
     for head in range(2, len(result.trace) + 1):
-        for r in (proofs.claim2.check_head(result, head), proofs.prop1.check_step(result, head)):
-            assert r.confirmed, str(r)
+        _assert_head_follows_the_proof(result, head)
+
+
+def _assert_head_follows_the_proof(result, head: int) -> None:
+    # A head whose rank step holds without saturation is built with c = 0: Claim 2 (whose
+    # hypothesis is c > 0) does not describe it, and Prop. 1's induction step must still hold.
+    claim2, step = proofs.claim2.check_head(result, head), proofs.prop1.check_step(result, head)
+    assert step.confirmed, str(step)
+    if result.heads[head - 1].scale > 0:
+        assert claim2.confirmed, str(claim2)
+    else:
+        assert claim2.failed == ["c > 0"], str(claim2)
+
+
+def test_prop1_a_head_built_without_saturation_still_follows_the_induction_step():
+    # Found by hypothesis: here head 2's explicit scale is 0 (the rank step needs no saturation).
+    result = build(dataset("general-position", 3, 2, 5, 96), 2, head_dim=2, trace=True, precision="float64")
+    assert result.heads[1].scale == 0
+    _assert_head_follows_the_proof(result, 2)
 
 
 @given(violations())
