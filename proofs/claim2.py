@@ -71,7 +71,8 @@ def check_head(result: BuildResult, head: int) -> Check:
     """Claim 2 on head ``head`` (from 2) of a build made with ``trace=True``.
 
     Reads the head's weights as built: ``W_K[h] = [K, c a, 0…]``, ``W_Q[h] = [X_S^T, b, 0…]``, and
-    checks them against the targets and the saturation tokens ``j*`` the construction recorded (and its separator's ``a``, when ``c = 0`` leaves none in the weights).
+    checks them against the targets and the saturation tokens ``j*`` the construction recorded
+    (and its separator's ``a``, when ``c = 0`` leaves none in the weights).
     """
     tr, ev = traced_head(result, head, "check_head")
     h = head - 1
