@@ -12,9 +12,18 @@ The claims:
 
 - **Memorization**: every output ``f(E^(t), x^(t); θ)`` is enclosed; the largest distance from an
   enclosure to its label bounds ``max_t |f − y|``.
-- **Rank**: with ``X`` any approximate right inverse of ``Z`` (computed without care), the
-  enclosure of ``I − Z X`` has ∞-norm ``r < 1``. Then ``Z X`` (T × T) is nonsingular, so
-  ``rank Z = T``; and ``σ_min(Z) ≥ (1 − r₂)/‖X‖_F`` with ``r₂ ≤ sqrt(‖I − ZX‖_1 ‖I − ZX‖_∞)``.
+- **Rank** (``rank Z = T``), proven in one of two ways:
+
+  - ``float64``: a positive lower bound on ``σ_min(Z)``, by Rump's verified positive
+    definiteness: a floating-point Cholesky factorization of ``fl(Z Z^T) − τI`` that runs to
+    completion proves ``σ_min(Z)² ≥ τ − δ``, with ``δ`` the rounding of forming and factoring
+    (:func:`construct.enclose.gram_eigenvalue_lower`); the radius of ``Z``'s enclosure is then
+    taken off (Weyl). The cost is one Gram matrix and a few Cholesky factorizations. Where
+    ``σ_min(Z)²`` is below the Gram matrix's rounding (an ill-conditioned ``Z``, as on shared
+    contexts), the float64 method falls back to the residual route below.
+  - ``interval`` (and that fall-back): with ``X`` any approximate right inverse of ``Z`` (computed without care), the
+    enclosure of ``I − Z X`` has ∞-norm ``r < 1``. Then ``Z X`` (T × T) is nonsingular, so
+    ``rank Z = T``; and ``σ_min(Z) ≥ (1 − r₂)/‖X‖_F`` with ``r₂ ≤ sqrt(‖I − ZX‖_1 ‖I − ZX‖_∞)``.
 - **Classification** (one-hot labels): the lower end of each true class's output exceeds the
   upper end of every other class's output, by more than the error bound.
 
@@ -32,7 +41,7 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 import numpy as np
 
 from . import enclose
-from .arith import FLOAT64, Interval
+from .arith import FLOAT64, Interval, lapack
 from .data import Dataset, checked
 from .errors import InputError
 from .io import sha256
@@ -41,7 +50,7 @@ from .model import Weights, check_compatible, checked_weights, feature_matrix, o
 from .verify import DEFAULT_TOL
 
 FORMAT = "mha-construct certificate"
-VERSION = 2
+VERSION = 3
 # Largest number of interval operations certify takes on, T·H·d·(n + T) (forward pass and
 # I − ZX): about 20 s of Python at 100-200 bits.
 INTERVAL_BUDGET = 1_000_000
@@ -203,12 +212,18 @@ def _finish(claims: dict) -> Certificate:
 
 
 def _proven_by(cert: dict) -> dict[str, bool]:
-    """What a certificate's own numbers prove, claim by claim: rank Z = T when the residual bound
-    is below 1 (and Z has at least T columns); memorization when the error bound is within
+    """What a certificate's own numbers prove, claim by claim: rank Z = T when Z has at least T
+    columns and the residual bound is below 1 (interval method, and float64 where Z was too
+    ill-conditioned for its Gram route) or else the lower bound on σ_min(Z) is positive; memorization when the error bound is within
     ``allowed``; zero misclassified when the margin exceeds the error bound."""
     rank, mem = cert["rank"], cert["memorization"]
     r, bound = rank.get("residual_inf_norm_bound"), mem.get("max_abs_error_bound")
-    out = {"rank": r is not None and r < 1.0 and cert["H"] * cert["d"] >= cert["T"],
+    if cert["method"] == "interval" or "residual_inf_norm_bound" in rank:
+        full = r is not None and r < 1.0       # an approximate right inverse's residual below 1
+    else:                                      # float64's Gram route: a positive lower bound on σ_min(Z)
+        s = rank.get("sigma_min_lower_bound")
+        full = s is not None and s > 0
+    out = {"rank": full and cert["H"] * cert["d"] >= cert["T"],
            "memorization": bound is not None and bound <= cert["allowed"]}
     if "classification" in cert:
         c = cert["classification"]
@@ -240,6 +255,10 @@ def _sentences(cert: dict) -> dict[str, dict[str, str]]:
         out["rank"] = {"reason": f"Z has H·d = {F} < T = {T} columns, so rank Z < T"}
     elif over:
         out["rank"] = {"reason": budget}
+    elif cert["method"] == "float64" and "residual_inf_norm_bound" not in rank:
+        out["rank"] = {"reason": "no positive lower bound on sigma_min(Z) was proven: the Cholesky "
+                                 "factorization of Z Z^T - tau I did not run to completion for any shift "
+                                 "tau that would prove one"}
     elif r is None:
         out["rank"] = {"reason": "no finite approximate right inverse of Z was found"}
     else:
@@ -264,23 +283,47 @@ def _sentences(cert: dict) -> dict[str, dict[str, str]]:
 
 
 def _float64_claims(weights: Weights, data: Dataset) -> dict:
-    """The claims' numbers for float64 weights, by :mod:`construct.enclose`."""
+    """The claims' numbers for float64 weights, by :mod:`construct.enclose`.
+
+    One pass over the examples, head by head: each head's features are enclosed and pushed
+    through its value and output maps at once, so only ``Z`` itself (for the rank) is kept whole,
+    with the outputs' enclosure and the size of ``Z``'s radius; the rows run in two halves.
+    """
     T, n, d = data.E.shape
-    H = weights.H
-    with np.errstate(over="ignore", invalid="ignore"):       # an overflow leaves a claim unproven
-        parts = [enclose.features(data.E, data.X, weights.W_K[h], weights.W_Q[h]) for h in range(H)]
-        Z = np.concatenate([p[0] for p in parts], axis=1)
-        Z_rad = np.concatenate([p[1] for p in parts], axis=1)
-        values = [enclose.matmul(Z[:, h * d:(h + 1) * d], Z_rad[:, h * d:(h + 1) * d], weights.W_V[h])
-                  for h in range(H)]
-        o, o_rad = enclose.matmul(np.concatenate([v[0] for v in values], axis=1),
-                                  np.concatenate([v[1] for v in values], axis=1), weights.W_O)
+    H, d_v = weights.H, weights.d_v
+    Z = np.empty((T, H * d)) if H * d >= T else None            # the rank needs H·d ≥ T columns
+    absE = np.abs(data.E)
+
+    def part(lo: int, hi: int):
+        E, X, A = data.E[lo:hi, ...], data.X[lo:hi, ...], absE[lo:hi, ...]
+        o, o_rad, o_abs = (np.zeros((hi - lo, d)) for _ in range(3))
+        rad_sq = 0.0
+        for h in range(H):
+            z, z_rad = enclose.features(E, X, weights.W_K[h], weights.W_Q[h], A)
+            if Z is not None:
+                Z[lo:hi, h * d:(h + 1) * d] = z
+            rad_sq += float(np.sum(z_rad * z_rad))
+            v, v_rad = enclose.matmul(z, z_rad, weights.W_V[h])
+            p, p_rad = enclose.matmul(v, v_rad, weights.W_O[h * d_v:(h + 1) * d_v])
+            o += p                                   # a sum of H terms: within γ_H Σ|p| of exact
+            o_rad += p_rad
+            o_abs += np.abs(p)
+        return o, o_rad, o_abs, rad_sq
+
+    with np.errstate(over="ignore", invalid="ignore"), FLOAT64.session():   # an overflow leaves a claim unproven
+        parts = FLOAT64.rows(part, T)
+        o, o_rad, o_abs = (np.concatenate([q[i] for q in parts]) for i in range(3))
+        o_rad = enclose.up(enclose.up(o_rad, H) + enclose.gamma(H) * enclose.up(o_abs, H), 2)
+        rad_norm = math.sqrt(float(enclose.up(np.array(sum(q[3] for q in parts)), T * H * d + 2))) * (1 + 4 * enclose.U)
         if weights.skip:
             o, o_rad = o + data.X, o_rad + enclose.U * np.abs(o + data.X) * 2
         out, out_rad = enclose.matmul(o, o_rad, weights.W_D)
         error_bound = float(enclose.up(np.abs(out - data.Y) + out_rad, 2).max())
+        rank = _gram_rank_claim(Z, rad_norm) if Z is not None else {}
+        if Z is not None and not rank:      # too ill-conditioned for the Gram matrix (σ_min² below its rounding)
+            rank = _residual_rank_claim(Z, _feature_radius(weights, data, absE), T)
         claims = {"memorization": {"max_abs_error_bound": error_bound if math.isfinite(error_bound) else None},
-                  "rank": _float64_rank_claim(Z, Z_rad, T)}
+                  "rank": rank}
         labels = _one_hot_classes(data.Y)
         if labels is not None:
             lo = (out - out_rad) - 4 * enclose.U * np.abs(out) - enclose.TINY
@@ -289,14 +332,47 @@ def _float64_claims(weights: Weights, data: Dataset) -> dict:
     return claims
 
 
-def _float64_rank_claim(Z: np.ndarray, Z_rad: np.ndarray, T: int) -> dict:
+# Shifts the rank claim tries: a fraction of the estimated σ_min(Z)², then smaller ones.
+_SHIFTS = (0.5, 0.125, 1 / 32, 1 / 128)
+
+
+def _gram_rank_claim(Z: np.ndarray, rad_norm: float) -> dict:
+    """A positive lower bound on ``σ_min`` of every matrix within ``rad_norm`` (2-norm) of ``Z``,
+    when one can be proven: ``{"sigma_min_lower_bound": …}``; otherwise ``{}``.
+
+    Rump's verified positive definiteness: form ``G = fl(Z Z^T)``, estimate ``σ_min(Z)`` from its
+    Cholesky factor, and factor ``fl(G − τI)`` for ``τ`` a fraction of the estimate squared.
+    When that runs to completion, :func:`construct.enclose.gram_eigenvalue_lower` bounds
+    ``σ_min(Z)²`` from below; Weyl's inequality then takes off ``rad_norm``. One Gram matrix and
+    two or three Cholesky factorizations: no inverse, no residual. Memory: ``Z`` and ``G``.
+    """
+    T, k = Z.shape
+    if not np.isfinite(Z).all():
+        return {}
+    G = lapack.gram(Z)
+    diagonal = np.diagonal(G).copy()
+    if not lapack.shifted_cholesky(G, diagonal, 0.0):
+        return {}
+    _, estimate = lapack.triangular_extremes(G, 1e-3)    # the factor is G's upper triangle; a rough σ_min
+    for fraction in _SHIFTS:
+        shift = fraction * estimate ** 2
+        if shift > 0 and lapack.shifted_cholesky(G, diagonal, shift):
+            sigma = math.sqrt(enclose.gram_eigenvalue_lower(diagonal, shift, k)) * (1 - 4 * enclose.U)
+            lower = (sigma - rad_norm) * (1 - 2 * enclose.U)
+            return {"sigma_min_lower_bound": lower} if lower > 0 else {}
+    return {}
+
+
+def _residual_rank_claim(Z: np.ndarray, Z_rad: np.ndarray, T: int) -> dict:
     """Bounds behind ``rank Z = T`` for every ``Z`` within ``Z_rad`` of the float64 ``Z``: the
     residual of an approximate right inverse ``X`` (Cholesky of ``Z Z^T``) and, from it, a lower
-    bound on ``σ_min(Z)`` (module docstring)."""
+    bound on ``σ_min(Z)`` (module docstring). It proves the rank up to a condition number of about
+    ``1/(u·H·d)``, where the Gram route stops at its square root, at several times the cost and
+    memory (``X``, ``I − ZX`` and ``Z_rad`` beside ``Z``)."""
     F = Z.shape[1]
     if F < T or not (np.isfinite(Z).all() and np.isfinite(Z_rad).all()):
         return {"residual_inf_norm_bound": None}
-    Xr = FLOAT64.right_inverse(Z)
+    Xr = lapack.right_inverse(Z)
     if not np.all(np.isfinite(Xr)):
         return {"residual_inf_norm_bound": None}
     absX = np.abs(Xr)
@@ -310,6 +386,15 @@ def _float64_rank_claim(Z: np.ndarray, Z_rad: np.ndarray, T: int) -> dict:
         x_norm = float(enclose.up(np.sqrt(enclose.up((absX ** 2).sum(), absX.size)), 2))
         out["sigma_min_lower_bound"] = (1.0 - r2) / x_norm * (1 - 1e-15)
     return out
+
+
+def _feature_radius(weights: Weights, data: Dataset, absE: np.ndarray) -> np.ndarray:
+    """The radius of the features' enclosure, (T, H·d): the second pass the residual route needs."""
+    d = data.d
+    Z_rad = np.empty((data.T, weights.H * d))
+    for h in range(weights.H):
+        Z_rad[:, h * d:(h + 1) * d] = enclose.features(data.E, data.X, weights.W_K[h], weights.W_Q[h], absE)[1]
+    return Z_rad
 
 
 def _rank_claim(iv: Interval, Z: np.ndarray, T: int) -> dict:

@@ -81,12 +81,16 @@ def matmul(A: np.ndarray, A_rad: np.ndarray | None, B: np.ndarray) -> tuple[np.n
     return mid, up(rad, k)
 
 
-def features(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Enclosure of one head's exact features ``z^(t) = E^(t)T softmax(E^(t) W_K W_Q^T x^(t))``, (T, d) each."""
+def features(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray,
+             absE: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Enclosure of one head's exact features ``z^(t) = E^(t)T softmax(E^(t) W_K W_Q^T x^(t))``, (T, d) each.
+
+    ``absE``: ``|E|``, when the caller has it (it is the same for every head).
+    """
     T, n, d = E.shape
     v, v_rad = matmul(X, None, W_Q)                                   # W_Q^T x
     w, w_rad = matmul(v, v_rad, W_K.T)                                # W_K W_Q^T x
-    absE = np.abs(E)
+    absE = np.abs(E) if absE is None else absE
     L = np.einsum("tnd,td->tn", E, w)
     L_rad = up(gamma(d) * np.einsum("tnd,td->tn", absE, np.abs(w)) + np.einsum("tnd,td->tn", absE, w_rad), d)
     shifted = L - L.max(axis=1, keepdims=True)                        # one rounding: ≤ u|shifted|
@@ -104,3 +108,30 @@ def features(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray) -> 
     z = np.einsum("tnd,tn->td", E, S_mid)
     z_rad = up(np.einsum("tnd,tn->td", absE, S_rad) + gamma(n) * np.einsum("tnd,tn->td", absE, S_mid), n)
     return z, z_rad
+
+
+def gram_eigenvalue_lower(diagonal: np.ndarray, shift: float, k: int) -> float:
+    """A lower bound on ``λ_min(Z Z^T)`` (0 when none is proven), given that a floating-point
+    Cholesky factorization of ``fl(G − shift·I)`` ran to completion, where ``G = fl(Z Z^T)`` was
+    formed by ``k``-term dot products (any order, with or without FMA) and ``diagonal`` is ``G``'s.
+
+    The rounding is bounded from the diagonal alone (Rump's verified positive definiteness):
+
+    - forming ``G``: ``|G − Z Z^T| ≤ γ_k |Z| |Z|^T``, whose 2-norm is at most
+      ``γ_k ‖Z‖_F² ≤ γ_k tr(G) / (1 − γ_k)``;
+    - the shift: ``fl(g_ii − shift)`` is within ``u`` of its value, relatively;
+    - Cholesky (Higham, Thm 10.3): ``R^T R = A + ΔA`` with ``|ΔA| ≤ γ_{T+1} |R^T| |R|``, so
+      ``‖ΔA‖_2 ≤ γ_{T+1} ‖R‖_F²``, and ``‖R‖_F² = tr(A + ΔA) ≤ Σ|a_ii| / (1 − γ_{T+1})``;
+    - underflow: ``k·TINY`` per entry of ``G``, ``T·TINY`` per entry of ``ΔA``.
+
+    ``R^T R`` is positive semidefinite, so ``λ_min(Z Z^T) ≥ shift − (sum of the four)``.
+    """
+    T = diagonal.size
+    tr_G = float(up(np.array(diagonal.sum()), T))
+    a = np.abs(diagonal - shift)
+    tr_A = float(up(np.array(a.sum()), T))
+    d_form = gamma(k) * tr_G / (1 - gamma(k)) + T * k * TINY
+    d_shift = 2 * U * float(a.max(initial=0.0))
+    d_chol = gamma(T + 1) * tr_A / (1 - gamma(T + 1)) + T * T * TINY
+    err = (d_form + d_shift + d_chol) * (1 + 8 * U)
+    return max(0.0, (shift - err) * (1 - 2 * U))

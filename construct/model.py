@@ -277,8 +277,12 @@ def feature_matrix(E, X, weights: Weights, ar: Arithmetic | None = None):
     T, d = X.shape
     with ar.working():
         Z = ar.zeros((T, weights.H * d))
-        for h in range(weights.H):
-            Z[:, h * d:(h + 1) * d] = head_features(E, X, weights.W_K[h, ...], weights.W_Q[h, ...], ar)
+
+        def part(lo: int, hi: int) -> None:                    # rows lo..hi−1, every head
+            for h in range(weights.H):
+                Z[lo:hi, h * d:(h + 1) * d] = head_features(E[lo:hi, ...], X[lo:hi, ...], weights.W_K[h, ...],
+                                                            weights.W_Q[h, ...], ar)
+        ar.rows(part, T)
     return Z
 
 

@@ -85,9 +85,12 @@ def verify(weights: Weights, data: Dataset, tol: float = DEFAULT_TOL) -> Verific
     require_memory(8 * (2 * data.T * weights.H * data.d + 2 * data.T ** 2),
                    f"verifying T = {data.T} examples on H = {weights.H} heads")
     ar = for_bits(weights.bits)
-    with ar.working(), ar.heavy():                  # at the weights' own precision
+    with ar.working():                              # at the weights' own precision
         data_ar = Dataset(ar.asarray(data.E), ar.asarray(data.X), ar.asarray(data.Y))
-        return check(ar, feature_matrix(data_ar.E, data_ar.X, weights, ar), weights, data_ar, tol)
+        with ar.session():                          # the forward pass: its rows may run in parallel
+            Z = feature_matrix(data_ar.E, data_ar.X, weights, ar)
+        with ar.heavy():                            # the rank: LAPACK on every thread
+            return check(ar, Z, weights, data_ar, tol)
 
 
 def float32_error(weights: Weights, data: Dataset) -> dict:

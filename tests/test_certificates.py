@@ -166,7 +166,7 @@ def test_an_honest_certificate_is_accepted(env, name, tmp_path):
 def test_certificates_carry_format_version_and_only_schema_fields(env):
     f64, iv, reg = env.certs["float64"], env.certs["interval"], env.certs["regression"]
     for cert in env.certs.values():
-        assert cert["format"] == "mha-construct certificate" and cert["version"] == 2
+        assert cert["format"] == "mha-construct certificate" and cert["version"] == 3
         assert set(cert) <= set(C.SCHEMA) | set(C.CLAIMS)
         for key in C.CLAIMS:
             if key in cert:
@@ -227,6 +227,11 @@ def _larger_margin_text(c):
     cl["claim"] = new
 
 
+def _by_method(interval, float64):
+    """An edit that depends on the certificate's method (their rank claims rest on other numbers)."""
+    return lambda c: (interval if c["method"] == "interval" else float64)(c)
+
+
 def _set(path, value):
     def edit(c):
         obj = c
@@ -275,8 +280,12 @@ FORGERIES = {
     "max_abs_error_bound = 0 and the claim re-rendered":
         lambda c: rerender(_set(("memorization", "max_abs_error_bound"), 0.0)(c) or c),
     "max_abs_error_bound = null": _set(("memorization", "max_abs_error_bound"), None),
-    "residual_inf_norm_bound = 0": _set(("rank", "residual_inf_norm_bound"), 0.0),
-    "residual_inf_norm_bound = null": _set(("rank", "residual_inf_norm_bound"), None),
+    # the interval method's rank rests on the residual; the float64 method states none, and one
+    # added to its certificate does not count
+    "residual_inf_norm_bound = 0": _by_method(interval=_set(("rank", "residual_inf_norm_bound"), 0.0),
+                                              float64=_add(("rank",), "residual_inf_norm_bound", 0.0)),
+    "residual_inf_norm_bound = null": _by_method(interval=_set(("rank", "residual_inf_norm_bound"), None),
+                                                 float64=_add(("rank",), "residual_inf_norm_bound", None)),
     "margin_lower_bound x 10": _set(("classification", "margin_lower_bound"), lambda v: v * 10),
     "misclassified_upper_bound = -1": _set(("classification", "misclassified_upper_bound"), -1),
     "classes changed": _set(("classification", "classes"), 4),
@@ -300,7 +309,8 @@ FORGERIES = {
     "unknown number inside a claim": _add(("rank",), "sigma_max_upper_bound", 1.0),
     "sigma_min_lower_bound removed": _delete(("rank", "sigma_min_lower_bound")),
     "max_abs_error_bound removed": _delete(("memorization", "max_abs_error_bound")),
-    "residual_inf_norm_bound removed": _delete(("rank", "residual_inf_norm_bound")),
+    "the rank claim's bound removed": _by_method(interval=_delete(("rank", "residual_inf_norm_bound")),
+                                                 float64=_delete(("rank", "sigma_min_lower_bound"))),
     "a claim's sentence removed": _delete(("memorization", "claim")),
     "classification claim removed": _delete(("classification",)),
     "rank proven flipped to false": _set(("rank", "proven"), False),
@@ -543,10 +553,11 @@ MALFORMED = {
                                                  c.pop("version"))),
     "old format name": _edited(_set(("format",), "mha-construct certificate 1")),
     "another format": _edited(_set(("format",), "something else")),
-    "version 3": _edited(_set(("version",), 3)),
+    "version 2 (residual-based float64 rank)": _edited(_set(("version",), 2)),
+    "version 4": _edited(_set(("version",), 4)),
     "version 1": _edited(_set(("version",), 1)),
-    "version '2'": _edited(_set(("version",), "2")),
-    "version 2.0": _edited(_set(("version",), 2.0)),
+    "version '3'": _edited(_set(("version",), "3")),
+    "version 3.0": _edited(_set(("version",), 3.0)),
     "version missing": _edited(_delete(("version",))),
     "unknown method": _edited(_set(("method",), "trust-me")),
     "interval_bits with the float64 method": _edited(_add((), "interval_bits", 85)),
@@ -566,7 +577,7 @@ def test_a_malformed_certificate_is_one_line_exit_2(env, case, tmp_path):
 
 
 @pytest.mark.parametrize("case", ["not JSON", "a JSON list", "T is a string", "rank missing", "NaN in a bound",
-                                  "old format, no version", "version 3", "100000-deep nesting"])
+                                  "old format, no version", "version 4", "100000-deep nesting"])
 def test_read_certificate_refuses_malformed_text(env, case):
     raw = MALFORMED[case](env.certs["float64"])
     with pytest.raises(InputError) as exc:
@@ -793,25 +804,33 @@ WEAKER = {
     "max error bound raised to 1e-9, claim re-rendered":
         lambda c: rerender(_set(("memorization", "max_abs_error_bound"), 1e-9)(c) or c),
     "sigma_min lower bound lowered to 1e-3": _set(("rank", "sigma_min_lower_bound"), 1e-3),
-    "sigma_min lower bound lowered to 0": _set(("rank", "sigma_min_lower_bound"), 0),
-    "residual bound raised to 0.5": _set(("rank", "residual_inf_norm_bound"), 0.5),
+    "sigma_min lower bound lowered to 1e-300": _set(("rank", "sigma_min_lower_bound"), 1e-300),
     "margin lowered to 0.5, claim re-rendered":
         lambda c: rerender(_set(("classification", "margin_lower_bound"), 0.5)(c) or c),
     "every bound weakened at once, sentences re-rendered": lambda c: rerender(
         [_set(p, v)(c) for p, v in ((("memorization", "max_abs_error_bound"), 2e-9),
-                                    (("rank", "residual_inf_norm_bound"), 0.9),
                                     (("rank", "sigma_min_lower_bound"), 0.01),
                                     (("classification", "margin_lower_bound"), 0.25))] and c),
-    "a bound written as an integer": _set(("rank", "sigma_min_lower_bound"), 0),
     "keys in another order": lambda c: [c.update({k: c.pop(k)}) for k in list(c)[::-1]] and None,
+}
+# Under the interval method the rank rests on the residual: a lower bound of 0 on σ_min(Z) is
+# weaker and still consistent (under float64 it is not: see the next test).
+WEAKER_INTERVAL = {
+    "sigma_min lower bound lowered to 0": _set(("rank", "sigma_min_lower_bound"), 0),
+    "a bound written as an integer": _set(("rank", "sigma_min_lower_bound"), 0),
+    "residual bound raised to 0.5": _set(("rank", "residual_inf_norm_bound"), 0.5),
+    "residual bound raised to 0.9, other bounds weakened, sentences re-rendered": lambda c: rerender(
+        [_set(p, v)(c) for p, v in ((("memorization", "max_abs_error_bound"), 2e-9),
+                                    (("rank", "residual_inf_norm_bound"), 0.9),
+                                    (("classification", "margin_lower_bound"), 0.25))] and c),
 }
 
 
-@pytest.mark.parametrize("name", ["float64", "interval"])
-@pytest.mark.parametrize("edit", list(WEAKER))
+@pytest.mark.parametrize("name, edit", [(name, e) for name in ("float64", "interval") for e in WEAKER]
+                         + [("interval", e) for e in WEAKER_INTERVAL])
 def test_a_weaker_but_consistent_certificate_is_accepted(env, name, edit, tmp_path):
     cert = copy.deepcopy(env.certs[name])
-    WEAKER[edit](cert)
+    {**WEAKER, **WEAKER_INTERVAL}[edit](cert)
     code, out, err = check_file(env, name, cert, tmp_path)
     assert (code, err) == (0, "") and "ACCEPTED" in out, out
     assert C.check_certificate(copy.deepcopy(cert), *objects(env, name)) == []
@@ -821,7 +840,10 @@ def test_a_weaker_but_consistent_certificate_is_accepted(env, name, edit, tmp_pa
     _set(("classification", "misclassified_upper_bound"), 2),
     lambda c: rerender(_set(("memorization", "max_abs_error_bound"), 1.0)(c) or c),
     lambda c: rerender(_set(("classification", "margin_lower_bound"), 1e-30)(c) or c),
-], ids=["misclassified 2, still proven", "error bound above allowed, still proven", "margin below the error"])
+    _set(("rank", "sigma_min_lower_bound"), 0),
+    _set(("rank", "sigma_min_lower_bound"), -1.0),
+], ids=["misclassified 2, still proven", "error bound above allowed, still proven", "margin below the error",
+        "float64: sigma_min bound 0, rank still proven", "float64: sigma_min bound < 0, rank still proven"])
 def test_a_weaker_bound_that_no_longer_supports_proven_is_rejected(env, edit, tmp_path):
     cert = copy.deepcopy(env.certs["float64"])
     edit(cert)

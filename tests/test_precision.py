@@ -15,9 +15,9 @@ from construct.certify import certify, check_certificate
 from construct.cli import main
 from construct.data import as_dataset, as_one_hot, load_dataset
 from construct.io import npz_bytes
-from construct.enclose import exp_enclosure, features
+from construct.enclose import exp_enclosure, features, gram_eigenvalue_lower
 from construct.model import Weights, feature_matrix, load_weights
-from construct.arith import Mpmath
+from construct.arith import Mpmath, lapack
 from construct.precision import ERROR_TARGET, parse
 
 from .strategies import adversarial, near_degenerate_family
@@ -215,3 +215,75 @@ def test_certify_cli_method_option(tmp_path, capsys):
     assert "interval_bits" in json.loads((tmp_path / "c.json").read_text())
     assert main(["certify", w, d, "--method", "float64"]) == 0
     assert "rigorous float64" in capsys.readouterr().out
+
+
+# --- The float64 rank claim: Rump's verified positive definiteness (issue #13) -----------------
+
+def _exact_smallest_gram_eigenvalue(Z: np.ndarray) -> mpmath.mpf:
+    """``λ_min(Z Z^T)`` of the float64 ``Z`` taken as exact, at 300 bits."""
+    with mpmath.workprec(300):
+        M = mpmath.matrix(Z.tolist())
+        return min(mpmath.eigsy(M * M.T, eigvals_only=True))
+
+
+def _largest_factorable_shift(G: np.ndarray, diagonal: np.ndarray) -> float:
+    """The largest τ (to 1%) at which the float Cholesky of fl(G − τI) runs to completion."""
+    lo, hi = 0.0, float(diagonal.max())
+    if not lapack.shifted_cholesky(G, diagonal, 0.0):
+        return -1.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if lapack.shifted_cholesky(G, diagonal, mid) else (lo, mid)
+        if hi - lo <= 0.01 * hi:
+            break
+    return lo
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 6), st.integers(0, 4), st.integers(0, 14), st.integers(-20, 20))
+def test_gram_eigenvalue_bound_is_below_the_exact_smallest_eigenvalue(seed, T, extra, decades, scale):
+    # Z with singular values spread over `decades` decades, scaled by 2^scale: wherever the
+    # Cholesky of fl(Z Z^T) − τI runs to completion, the bound lies below the exact λ_min(Z Z^T).
+    rng = np.random.default_rng(seed)
+    k = T + extra
+    U, _ = np.linalg.qr(rng.standard_normal((T, T)))
+    V, _ = np.linalg.qr(rng.standard_normal((k, T)))
+    Z = np.ldexp((U * np.logspace(0, -decades, T)) @ V.T, scale)
+    G = lapack.gram(Z)
+    diagonal = np.diagonal(G).copy()
+    shift = _largest_factorable_shift(G, diagonal)
+    if shift < 0:
+        return                                                  # nothing is claimed: nothing to check
+    for tau in (shift, shift / 2, 0.0):
+        assert lapack.shifted_cholesky(G, diagonal, tau)
+        bound = gram_eigenvalue_lower(diagonal, tau, k)
+        assert 0 <= bound <= tau
+        assert mpmath.mpf(bound) <= _exact_smallest_gram_eigenvalue(Z)
+
+
+def test_a_shift_alone_would_claim_more_than_is_true():
+    # Nearly dependent rows: rounding makes fl(Z Z^T) look positive definite well beyond the
+    # exact λ_min(Z Z^T) ≈ 1e-24. The largest shift Cholesky accepts overstates it by orders of
+    # magnitude; the bound, which adds the rounding of forming and factoring, does not.
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal(40)
+    Z = np.stack([base, base + 1e-12 * rng.standard_normal(40), rng.standard_normal(40)])
+    G = lapack.gram(Z)
+    diagonal = np.diagonal(G).copy()
+    exact = _exact_smallest_gram_eigenvalue(Z)
+    shift = _largest_factorable_shift(G, diagonal)
+    assert mpmath.mpf(shift) > 100 * exact                      # the naive claim λ_min ≥ τ is false
+    assert mpmath.mpf(gram_eigenvalue_lower(diagonal, shift, Z.shape[1])) <= exact
+
+
+def test_certify_rank_bound_is_below_the_exact_sigma_min_and_close_to_it():
+    data = synthetic("independent", T=9, n=3, d=5, seed=4)
+    w = build(data, 4).weights
+    f64 = certify(w, data, method="float64")
+    p = Mpmath(300)
+    with p.working():
+        Z = feature_matrix(p.asarray(data.E), p.asarray(data.X), w.map(p.asarray), p)
+        M = mpmath.matrix([[mpmath.mpf(v) for v in row] for row in Z.tolist()])
+        exact = mpmath.sqrt(min(mpmath.eigsy(M * M.T, eigvals_only=True)))
+    lower = f64.claims["rank"]["sigma_min_lower_bound"]
+    assert 0 < lower <= exact and lower >= 0.5 * float(exact)          # about 1/√2 of the truth (τ = σ²/2)

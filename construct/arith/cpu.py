@@ -212,7 +212,4 @@ class Float64(NumpyArithmetic):
             return False
         return True
 
-    def right_inverse(self, Z):
-        """An approximate right inverse of ``Z`` (:func:`construct.arith.lapack.right_inverse`)."""
-        return lapack.right_inverse(Z)
 
