@@ -310,8 +310,9 @@ def _float64_claims(weights: Weights, data: Dataset) -> dict:
             o_abs += np.abs(p)
         return o, o_rad, o_abs, rad_sq
 
-    with np.errstate(over="ignore", invalid="ignore"), FLOAT64.session():   # an overflow leaves a claim unproven
-        parts = FLOAT64.rows(part, T)
+    with np.errstate(over="ignore", invalid="ignore"):       # an overflow leaves a claim unproven
+        with FLOAT64.session():                  # two halves of the rows on two threads, BLAS on one
+            parts = FLOAT64.rows(part, T)
         o, o_rad, o_abs = (np.concatenate([q[i] for q in parts]) for i in range(3))
         o_rad = enclose.up(enclose.up(o_rad, H) + enclose.gamma(H) * enclose.up(o_abs, H), 2)
         rad_norm = math.sqrt(float(enclose.up(np.array(sum(q[3] for q in parts)), T * H * d + 2))) * (1 + 4 * enclose.U)
