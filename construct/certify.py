@@ -40,7 +40,7 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 import numpy as np
 
-from . import enclose
+from . import dword, enclose
 from .arith import FLOAT64, Interval, lapack
 from .data import Dataset, checked
 from .errors import InputError
@@ -157,7 +157,7 @@ def certify(weights: Weights, data: Dataset, *, tol: float = DEFAULT_TOL, bits: 
         "tol": tol, "allowed": allowed,
     }
     if method == "float64":
-        claims.update(_float64_claims(weights, data))
+        claims.update(_float64_claims(weights, data, allowed))
     elif T * weights.H * d * (n + T) > INTERVAL_BUDGET:
         claims.update(rank={"residual_inf_norm_bound": None}, memorization={"max_abs_error_bound": None})
     else:
@@ -266,7 +266,8 @@ def _sentences(cert: dict) -> dict[str, dict[str, str]]:
     if mem.get("proven"):
         out["memorization"] = {"claim": f"max_t |f(E^(t), x^(t)) - y^(t)| <= {_g(bound)}"}
     elif bound is None:
-        out["memorization"] = {"reason": budget}
+        out["memorization"] = {"reason": budget if over else "the enclosure of the outputs is not finite (an "
+                                                             "overflow), so no bound on max_t |f - y| is proven"}
     else:
         out["memorization"] = {"reason": f"the bound {_g(bound)} on max_t |f - y| exceeds the allowed "
                                          f"{_g(cert['allowed'])}"}
@@ -282,12 +283,14 @@ def _sentences(cert: dict) -> dict[str, dict[str, str]]:
     return out
 
 
-def _float64_claims(weights: Weights, data: Dataset) -> dict:
+def _float64_claims(weights: Weights, data: Dataset, allowed: float) -> dict:
     """The claims' numbers for float64 weights, by :mod:`construct.enclose`.
 
     One pass over the examples, head by head: each head's features are enclosed and pushed
     through its value and output maps at once, so only ``Z`` itself (for the rank) is kept whole,
     with the outputs' enclosure and the size of ``Z``'s radius; the rows run in two halves.
+    When that bounds ``max |f − y|`` above ``allowed`` on shared contexts, the outputs are enclosed
+    again in double words (:func:`construct.dword.shared_outputs`), to about ``u²``.
     """
     T, n, d = data.E.shape
     H, d_v = weights.H, weights.d_v
@@ -298,16 +301,17 @@ def _float64_claims(weights: Weights, data: Dataset) -> dict:
         E, X, A = data.E[lo:hi, ...], data.X[lo:hi, ...], absE[lo:hi, ...]
         o, o_rad, o_abs = (np.zeros((hi - lo, d)) for _ in range(3))
         rad_sq = 0.0
-        for h in range(H):
-            z, z_rad = enclose.features(E, X, weights.W_K[h], weights.W_Q[h], A)
-            if Z is not None:
-                Z[lo:hi, h * d:(h + 1) * d] = z
-            rad_sq += float(np.sum(z_rad * z_rad))
-            v, v_rad = enclose.matmul(z, z_rad, weights.W_V[h])
-            p, p_rad = enclose.matmul(v, v_rad, weights.W_O[h * d_v:(h + 1) * d_v])
-            o += p                                   # a sum of H terms: within γ_H Σ|p| of exact
-            o_rad += p_rad
-            o_abs += np.abs(p)
+        with np.errstate(over="ignore", invalid="ignore"):     # per thread: an overflow leaves a claim unproven
+            for h in range(H):
+                z, z_rad = enclose.features(E, X, weights.W_K[h], weights.W_Q[h], A)
+                if Z is not None:
+                    Z[lo:hi, h * d:(h + 1) * d] = z
+                rad_sq += float(np.sum(z_rad * z_rad))
+                v, v_rad = enclose.matmul(z, z_rad, weights.W_V[h])
+                p, p_rad = enclose.matmul(v, v_rad, weights.W_O[h * d_v:(h + 1) * d_v])
+                o += p                               # a sum of H terms: within γ_H Σ|p| of exact
+                o_rad += p_rad
+                o_abs += np.abs(p)
         return o, o_rad, o_abs, rad_sq
 
     with np.errstate(over="ignore", invalid="ignore"):       # an overflow leaves a claim unproven
@@ -320,6 +324,11 @@ def _float64_claims(weights: Weights, data: Dataset) -> dict:
             o, o_rad = o + data.X, o_rad + enclose.U * np.abs(o + data.X) * 2
         out, out_rad = enclose.matmul(o, o_rad, weights.W_D)
         error_bound = float(enclose.up(np.abs(out - data.Y) + out_rad, 2).max())
+        if not error_bound <= allowed and _shared_context(data.E):
+            with FLOAT64.session():
+                tight = dword.shared_outputs(data.E[0], data.X, weights.W_K, weights.W_Q, weights.W_V,
+                                             weights.W_O, weights.W_D, weights.skip, rows=FLOAT64.rows)
+            error_bound = min(error_bound, dword.error_bound(tight, data.Y), key=lambda b: (math.isnan(b), b))
         rank = _gram_rank_claim(Z, rad_norm) if Z is not None else {}
         if Z is not None and not rank:      # too ill-conditioned for the Gram matrix (σ_min² below its rounding)
             rank = _residual_rank_claim(Z, _feature_radius(weights, data, absE), T)
@@ -331,6 +340,11 @@ def _float64_claims(weights: Weights, data: Dataset) -> dict:
             hi = (out + out_rad) + 4 * enclose.U * np.abs(out) + enclose.TINY
             claims["classification"] = _margin_claim(lo, hi, labels)
     return claims
+
+
+def _shared_context(E: np.ndarray) -> bool:
+    """Every example has the same context."""
+    return bool(np.all(E == E[:1]))
 
 
 # Shifts the rank claim tries: a fraction of the estimated σ_min(Z)², then smaller ones.

@@ -287,3 +287,12 @@ def test_certify_rank_bound_is_below_the_exact_sigma_min_and_close_to_it():
         exact = mpmath.sqrt(min(mpmath.eigsy(M * M.T, eigvals_only=True)))
     lower = f64.claims["rank"]["sigma_min_lower_bound"]
     assert 0 < lower <= exact and lower >= 0.5 * float(exact)          # about 1/√2 of the truth (τ = σ²/2)
+
+
+def test_an_overflowing_float64_certificate_says_why_not_the_interval_budget():
+    data = synthetic("shared", T=7, n=3, d=4, seed=1)
+    w = Weights(W_K=np.full((3, 4, 3), 1e300), W_Q=np.full((3, 4, 3), 1e300), W_V=np.full((3, 4, 1), 1e300),
+                W_O=np.ones((3, 4)), W_D=np.ones((4, 1)))
+    mem = certify(w, data, method="float64").claims["memorization"]
+    assert not mem["proven"] and mem["max_abs_error_bound"] is None
+    assert "budget" not in mem["reason"] and "not finite" in mem["reason"]

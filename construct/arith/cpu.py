@@ -199,7 +199,7 @@ class Float64(NumpyArithmetic):
             R, (s_max, s_min) = lapack.row_factor(Z)
         else:
             R = reduction.R
-            s_max, s_min = lapack.triangular_extremes(R)
+            s_max, s_min = lapack.triangular_extremes(R, lapack.EXTREMES_TOL)
         tol = self.rank_tol(s_max, Z.shape)
         # σ_min(Z) > tolerance ⇔ all T singular values count: rank Z = T.
         rank = T if s_min > tol else self.numerical_rank(R)[0]

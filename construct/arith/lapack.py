@@ -21,7 +21,7 @@ _DENSE_SVD_LIMIT = 600
 # it is 3.6e-6 while the QR and the Gram route agree to about 1e-10.
 GRAM_SLACK = 1e-4
 # Relative accuracy of row_factor's Lanczos on its Gram factor's extremes: far inside GRAM_SLACK.
-_EXTREMES_TOL = 1e-10
+EXTREMES_TOL = 1e-10
 # Rows of Z that row_factor looks at first, to skip a Gram matrix that would be rejected.
 _PROBE_ROWS = 256
 
@@ -118,11 +118,11 @@ def row_factor(Z: np.ndarray) -> tuple[np.ndarray, tuple[float, float]]:
                 # σ_min(R) ≤ sqrt(T) / estimate = sqrt(T) · rcond · ‖R‖_1.
                 rcond, _ = sla.lapack.dtrcon(R, norm="1")
                 if delta <= GRAM_SLACK * T * (rcond * np.abs(R).sum(axis=0).max()) ** 2:
-                    s_max, s_min = triangular_extremes(R, _EXTREMES_TOL)
+                    s_max, s_min = triangular_extremes(R, EXTREMES_TOL)
                     if delta <= GRAM_SLACK * s_min**2:
                         return R, (s_max, s_min)
         R = qr_r(Z.T)
-        return R, triangular_extremes(R, _EXTREMES_TOL) if R.shape[0] == R.shape[1] else (0.0, 0.0)
+        return R, triangular_extremes(R, EXTREMES_TOL) if R.shape[0] == R.shape[1] else (0.0, 0.0)
 
 
 def _gram_may_do(Z: np.ndarray) -> bool:

@@ -1,0 +1,322 @@
+"""Double-word enclosures in float64: the outputs of the exact model to about ``u²``, for shared contexts.
+
+On shared contexts the readout's weights are of size ``1/σ_min(Z)``, and a float64 enclosure of
+the attention (relative radius about ``u`` per probability) bounds the outputs' error only by
+``u·|Z|·|B|`` (about 1e-5 at H = 64, n = 32, d = 64), far above the error the weights have. Here
+every quantity is a *double word*: an unevaluated sum ``hi + lo`` of two floats with a radius,
+``|exact − (hi + lo)| ≤ rad`` elementwise (:class:`DW`), so the radius of the attention is about
+``u²`` relative and the bound on ``max |f − y|`` comes down by the same factor.
+
+The tools, all in IEEE-754 double arithmetic in round-to-nearest, with every rounding bounded:
+
+- error-free transformations: ``two_sum`` (Knuth) and ``two_prod`` (Dekker's splitting, no FMA
+  needed); exact barring overflow and underflow, whose cost is added as an absolute slack;
+- ``add``, ``mul``, ``div`` and ``exp`` of double words with a *running* error bound: each
+  rounding of the standard model (``|fl(a ∘ b) − a ∘ b| ≤ u|fl(a ∘ b)|/(1 − u)``) and each
+  dropped term is bounded from the computed values, and input radii are propagated; nothing
+  relies on a published constant;
+- products ``X·A`` with ``X`` float64 and ``A`` a double word, split into slices of at most 23
+  significant bits on a common grid per row (column) (Rump–Ogita–Oishi's extraction; Ozaki's
+  scheme): each slice product with ``k ≤ 256`` terms is then computed *exactly* by BLAS, in any
+  summation order, with or without FMA; the remainders are bounded.
+
+For shared contexts ``E``, the model is ``f(t) = Σ_h s_h(t)^T c_h (+ x(t)^T W_D)`` with
+``s_h(t) = softmax(X A_h)``, ``A_h = W_Q,h W_K,h^T E^T`` and ``c_h = E W_V,h W_O,h W_D``:
+:func:`shared_outputs` encloses it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+U = 2.0 ** -53
+TINY = 2.0 ** -1074
+# Absolute slack per product that may underflow: a product below 2^-969 (where Dekker's
+# splitting stops being exact) contributes less than this even if dropped altogether.
+_UNDER = 2.0 ** -960
+_SPLITTER = 2.0 ** 27 + 1
+_STD = 1 + 4 * U                 # inflation of a nonnegative bound past a few roundings of its own
+
+
+@dataclass
+class DW:
+    """Arrays ``hi``, ``lo``, ``rad``: every exact value lies in ``[hi + lo − rad, hi + lo + rad]``."""
+
+    hi: np.ndarray
+    lo: np.ndarray
+    rad: np.ndarray
+
+    @classmethod
+    def exact(cls, x) -> DW:
+        x = np.asarray(x, dtype=np.float64)
+        return cls(x, np.zeros_like(x), np.zeros_like(x))
+
+    def magnitude(self) -> np.ndarray:
+        """An upper bound on ``|hi + lo|`` (not including the radius)."""
+        return (np.abs(self.hi) + np.abs(self.lo)) * (1 + 2 * U)
+
+    def __getitem__(self, key) -> DW:
+        return DW(self.hi[key], self.lo[key], self.rad[key])
+
+    def __neg__(self) -> DW:
+        return DW(-self.hi, -self.lo, self.rad)
+
+    def scaled(self, k) -> DW:
+        """``2^k`` times this (``k`` integer, elementwise); a result below the normal range
+        rounds, which ``TINY`` per part covers."""
+        return DW(np.ldexp(self.hi, k), np.ldexp(self.lo, k), np.ldexp(self.rad, k) + 2 * TINY)
+
+
+def two_sum(a, b):
+    """``a + b = s + e`` exactly (Knuth), for finite ``a + b``."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def _split(a):
+    c = _SPLITTER * a
+    hi = c - (c - a)
+    return hi, a - hi
+
+
+def two_prod(a, b):
+    """``a·b = p + e`` exactly (Dekker), for ``|a|, |b| < 2^996`` and no underflow."""
+    p = a * b
+    ah, al = _split(a)
+    bh, bl = _split(b)
+    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def add(a: DW, b: DW) -> DW:
+    s, e = two_sum(a.hi, b.hi)
+    t = a.lo + b.lo
+    e2 = e + t
+    hi, lo = two_sum(s, e2)
+    err = U * (np.abs(t) + np.abs(e2))
+    return DW(hi, lo, (a.rad + b.rad + err) * _STD)
+
+
+def mul(a: DW, b: DW) -> DW:
+    p, e = two_prod(a.hi, b.hi)
+    t1, t2 = a.hi * b.lo, a.lo * b.hi
+    t = t1 + t2
+    e2 = e + t
+    hi, lo = two_sum(p, e2)
+    err = U * (np.abs(t1) + np.abs(t2) + np.abs(t) + np.abs(e2)) + np.abs(a.lo * b.lo) + _UNDER
+    rad = a.magnitude() * b.rad + b.magnitude() * a.rad + a.rad * b.rad + err
+    return DW(hi, lo, rad * _STD)
+
+
+def div(n: DW, d: DW) -> DW:
+    """``n / d`` where ``|d| > d.rad`` (``rad = inf`` elsewhere)."""
+    q = n.hi / d.hi
+    p, e = two_prod(q, d.hi)
+    r1 = n.hi - p
+    r2 = r1 - e
+    r3 = r2 + n.lo
+    qd = q * d.lo
+    rho = r3 - qd
+    err_rho = U * (np.abs(r1) + np.abs(r2) + np.abs(r3) + np.abs(qd) + np.abs(rho)) * _STD + _UNDER
+    ql = rho / d.hi
+    hi, lo = two_sum(q, ql)
+    d_low = (np.abs(d.hi) - np.abs(d.lo)) * (1 - 4 * U)                # ≤ |d.hi + d.lo|
+    own = (err_rho + np.abs(d.hi) * U * np.abs(ql) * _STD + np.abs(ql * d.lo) * _STD) / d_low * _STD
+    # the inputs' radii: |n'/d' − n/d| ≤ (n.rad + |n/d|·d.rad) / (|d| − d.rad)
+    room = (d_low - d.rad) * (1 - 2 * U)
+    q_mag = (np.abs(hi) + np.abs(lo) + own) * _STD
+    with np.errstate(divide="ignore", invalid="ignore"):
+        prop = np.where(room > 0, (n.rad + q_mag * d.rad) / room * _STD, np.inf)
+    return DW(hi, lo, (own + prop) * _STD)
+
+
+def _fraction_dw(value: Fraction) -> tuple[float, float, float]:
+    """``value`` as ``hi + lo`` and an upper bound on what is left."""
+    hi = float(value)
+    lo = float(value - Fraction(hi))
+    rest = abs(value - Fraction(hi) - Fraction(lo))
+    return hi, lo, float(rest) * 2 + TINY
+
+
+# ln 2 = LN2_HI + LN2_MID + LN2_LO + ζ, |ζ| ≤ 6e-43; LN2_HI has 33 significant bits, so k·LN2_HI
+# is exact for |k| < 2^20 (tests/test_dword.py checks these digits against mpmath).
+LN2_HI = float.fromhex("0x1.62e42fee00000p-1")
+LN2_MID = float.fromhex("0x1.a39ef35793c76p-33")
+LN2_LO = float.fromhex("0x1.cc01f97b57a08p-87")
+LN2_REST = 6e-43
+_INV_LN2 = 1.4426950408889634
+_HALVINGS = 8                                     # exp(r) = exp(r / 2^8)^(2^8)
+_DEGREE = 9
+_TAYLOR = [_fraction_dw(Fraction(1, math.factorial(i))) for i in range(_DEGREE + 1)]
+# Below this, exp(x) < 2^-990: enclosed by [0, 2^-990] without computing it.
+_EXP_FLOOR = -690.0
+
+
+def exp(x: DW) -> DW:
+    """``exp`` of every value in ``x`` (elementwise), for ``x ≤ 700``.
+
+    ``x − k ln 2`` with ``ln 2`` to 140 bits, then ``exp(r/2^8)`` by its degree-9 Taylor
+    polynomial in double words (the remainder ``|r'|^10/10!·e^{|r'|}`` added to the radius), squared
+    eight times, times ``2^k``.
+    """
+    small = x.hi < _EXP_FLOOR
+    xh = np.where(small, 0.0, x.hi)
+    k = np.rint(xh * _INV_LN2)
+    a = xh - k * LN2_HI                                              # exact (see LN2_HI)
+    p, q = two_prod(k, LN2_MID)
+    klo = k * LN2_LO
+    r = add(DW(a, np.where(small, 0.0, x.lo), np.where(small, 0.0, x.rad)), DW(-p, -q, np.zeros_like(p)))
+    r = add(r, DW(-klo, np.zeros_like(klo), (U * np.abs(klo) + np.abs(k) * LN2_REST) * _STD + TINY))
+    r = r.scaled(-_HALVINGS)
+    reach = (np.abs(r.hi) + np.abs(r.lo) + r.rad) * _STD                # |r'| for every value
+    hi, lo, rest = _TAYLOR[_DEGREE]
+    acc = DW(np.full_like(xh, hi), np.full_like(xh, lo), np.full_like(xh, rest))
+    for i in range(_DEGREE - 1, -1, -1):
+        hi, lo, rest = _TAYLOR[i]
+        acc = add(mul(acc, r), DW(np.full_like(xh, hi), np.full_like(xh, lo), np.full_like(xh, rest)))
+    # Taylor's remainder, with e^{|r'|} ≤ 1.01 for |r'| ≤ 0.005 (beyond, nothing is claimed)
+    tail = np.where(reach <= 0.005, reach ** (_DEGREE + 1) / math.factorial(_DEGREE + 1) * 1.01 * _STD, np.inf)
+    acc = DW(acc.hi, acc.lo, (acc.rad + tail) * _STD)
+    for _ in range(_HALVINGS):
+        acc = mul(acc, acc)
+    out = acc.scaled(k.astype(np.int64))
+    return DW(np.where(small, 0.0, out.hi), np.where(small, 0.0, out.lo),
+              np.where(small, 2.0 ** -990, out.rad))
+
+
+# --- exact products by slices ------------------------------------------------------------------
+
+# Extraction constant: slices hold at most 23 significant bits on their grid.
+_BETA = 31
+
+
+def _slices(M: np.ndarray, axis: int, count: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """``M = Σ slices + rest`` exactly (Rump–Ogita–Oishi's extraction along ``axis``).
+
+    With ``2^e`` the first power of two above every entry left along ``axis`` and
+    ``σ = 2^(e+31)``, the slice ``fl(fl(rest + σ) − σ)`` is ``rest`` rounded to a multiple of
+    ``ulp`` near ``σ`` (at least ``2^(e−22)``), and ``rest`` minus it is exact and at most
+    ``2^(e−22)``: each slice is a multiple of ``2^(e−22)`` of size at most ``2^e(1 + 2^-21)``, at most
+    23 significant bits on that grid, and each further slice starts 22 bits lower.
+    """
+    rest = np.array(M, dtype=np.float64, copy=True)
+    out = []
+    for _ in range(count):
+        mu = np.max(np.abs(rest), axis=axis, keepdims=True)
+        if not np.any(mu):
+            break
+        _, e = np.frexp(mu)                                   # mu < 2^e exactly
+        sigma = np.where(mu > 0, np.ldexp(1.0, e + _BETA), 0.0)
+        piece = (rest + sigma) - sigma
+        rest = rest - piece
+        out.append(piece)
+    return out, rest
+
+
+def exact_matmul(X: np.ndarray, A: DW) -> DW:
+    """``X·A`` (X float64 (T, k), A a double word (k, m)) as a double word, ``k ≤ 256``.
+
+    ``X`` is cut into four slices by row and ``A.hi`` into four, ``A.lo`` into two, by column
+    (:func:`_slices`). A product of two slices is a sum of ``k`` terms, each a multiple of
+    ``g = 2^(e_x + e_a − 44)`` of size at most ``2^(e_x + e_a)(1 + 2^-20)``: every partial sum is a
+    multiple of ``g`` below ``256·2^44·(1 + 2^-20) g < 2^53 g``, so BLAS computes it exactly, in any
+    order, with or without FMA. What the slices leave (``2^-88`` of each row's or column's
+    largest entry) and ``A.rad`` are bounded by products of magnitudes.
+    """
+    T, k = X.shape
+    if k > 256:
+        raise ValueError("exact_matmul takes at most 256 terms per product")
+    xs, x_rest = _slices(X, 1, 4)
+    a_hi, a_hi_rest = _slices(A.hi, 0, 4)
+    a_lo, a_lo_rest = _slices(A.lo, 0, 2)
+    hi = np.zeros((T, A.hi.shape[1]))
+    lo = np.zeros_like(hi)
+    lo_err = np.zeros_like(hi)
+    for xp in xs:
+        for ap in a_hi + a_lo:
+            P = xp @ ap                                       # exact
+            hi, e = two_sum(hi, P)
+            lo = lo + e
+            lo_err += np.abs(lo)
+    absX = np.abs(X) + np.abs(x_rest)                         # ≥ |Σ slices of X|
+    a_mag = (np.abs(A.hi) + np.abs(A.lo) + A.rad) * _STD
+    rest = np.abs(x_rest) @ a_mag + absX @ ((np.abs(a_hi_rest) + np.abs(a_lo_rest)) * _STD + A.rad)
+    rad = (rest * (1 + 2 * (k + 2) * U) + k * TINY + U * lo_err) * _STD
+    return DW(hi, lo, rad)
+
+
+def matmul(A: DW, B: DW) -> DW:
+    """``A·B`` for small double words (batched over leading axes), term by term."""
+    k = A.hi.shape[-1]
+    acc = None
+    for i in range(k):
+        term = mul(A[..., i:i + 1], B[..., i:i + 1, :])
+        acc = term if acc is None else add(acc, term)
+    return acc
+
+
+def shared_outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: bool, rows=None,
+                   heads_per_block: int = 16) -> DW:
+    """The exact model's outputs (T, d_o) on one shared context ``E`` (n, d), as double words.
+
+    Per head: ``A_h = W_Q,h (W_K,h^T E^T)`` (d, n) and ``c_h = E (W_V,h (W_O,h W_D))`` (n, d_o) in
+    double words; the logits ``X A_h`` by exact slice products; the softmax as
+    ``Σ_j exp(ℓ_j − m) c_hj / Σ_j exp(ℓ_j − m)`` (one division per example and head), summed
+    over the heads. ``rows(fn, T)``: how to run ``fn(lo, hi)`` over blocks of the examples (in
+    parallel, for instance); by default one block.
+    """
+    T, d = X.shape
+    H, _, d_v = W_V.shape
+    n = E.shape[0]
+    dw = DW.exact
+    B = matmul(dw(np.swapaxes(W_K, 1, 2)), dw(np.broadcast_to(E.T, (H, d, n))))           # (H, d_h, n)
+    A = matmul(dw(W_Q), B)                                                                 # (H, d, n)
+    P = matmul(dw(W_O.reshape(H, d_v, -1)), dw(np.broadcast_to(W_D, (H,) + W_D.shape)))   # (H, d_v, d_o)
+    C = matmul(dw(np.broadcast_to(E, (H, n, d))), matmul(dw(W_V), P))                      # (H, n, d_o)
+    d_o = W_D.shape[1]
+    out = DW.exact(np.zeros((T, d_o)))
+
+    def part(lo: int, hi: int) -> None:
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):   # per thread: non-finite is unproven
+            _rows(lo, hi)
+
+    def _rows(lo: int, hi: int) -> None:
+        Xr = X[lo:hi, ...]
+        acc = DW.exact(np.zeros((hi - lo, d_o)))
+        for h0 in range(0, H, heads_per_block):
+            hs = list(range(h0, min(H, h0 + heads_per_block)))
+            A_blk = DW(*(np.concatenate(list(getattr(A, f)[hs]), axis=1) for f in ("hi", "lo", "rad")))
+            L = exact_matmul(Xr, A_blk)                                                    # (rows, |hs|·n)
+            L = DW(*(v.reshape(hi - lo, len(hs), n) for v in (L.hi, L.lo, L.rad)))
+            m = L.hi.max(axis=2, keepdims=True)
+            s, e = two_sum(L.hi, -np.broadcast_to(m, L.hi.shape))
+            g = e + L.lo
+            y = exp(DW(s, g, (L.rad + U * np.abs(g)) * _STD))                             # exp(ℓ − m)
+            den = y[..., 0]
+            for j in range(1, n):
+                den = add(den, y[..., j])
+            c = C[hs]                                                                      # (|hs|, n, d_o)
+            num = mul(y[..., 0, None], c[None, :, 0, :])
+            for j in range(1, n):
+                num = add(num, mul(y[..., j, None], c[None, :, j, :]))                     # (rows, |hs|, d_o)
+            f = div(num, den[..., None])
+            for i in range(len(hs)):
+                acc = add(acc, f[:, i, :])
+        if skip:
+            acc = add(acc, matmul(dw(Xr[None]), dw(W_D[None]))[0])
+        out.hi[lo:hi], out.lo[lo:hi], out.rad[lo:hi] = acc.hi, acc.lo, acc.rad
+
+    (rows or (lambda fn, count: [fn(0, count)]))(part, T)
+    return out
+
+
+def error_bound(out: DW, Y: np.ndarray) -> float:
+    """An upper bound on ``max |f − y|`` from the outputs' double words (``inf`` if not finite)."""
+    s, e = two_sum(out.hi, -Y)
+    g = e + out.lo
+    bound = float(np.max((np.abs(s) + np.abs(g) * _STD + out.rad) * _STD, initial=0.0))
+    return bound if math.isfinite(bound) else math.inf
