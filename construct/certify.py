@@ -21,9 +21,10 @@ The claims:
     taken off (Weyl). The cost is one Gram matrix and a few Cholesky factorizations. Where
     ``σ_min(Z)²`` is below the Gram matrix's rounding (an ill-conditioned ``Z``, as on shared
     contexts), the float64 method falls back to the residual route below.
-  - ``interval`` (and that fall-back): with ``X`` any approximate right inverse of ``Z`` (computed without care), the
-    enclosure of ``I − Z X`` has ∞-norm ``r < 1``. Then ``Z X`` (T × T) is nonsingular, so
-    ``rank Z = T``; and ``σ_min(Z) ≥ (1 − r₂)/‖X‖_F`` with ``r₂ ≤ sqrt(‖I − ZX‖_1 ‖I − ZX‖_∞)``.
+  - ``interval`` (and that fall-back): with ``X`` any approximate right inverse of ``Z``
+    (computed without care), the enclosure of ``I − Z X`` has ∞-norm ``r < 1``. Then ``Z X``
+    (T × T) is nonsingular, so ``rank Z = T``; and ``σ_min(Z) ≥ (1 − r₂)/‖X‖_F`` with
+    ``r₂ ≤ sqrt(‖I − ZX‖_1 ‖I − ZX‖_∞)``.
 - **Classification** (one-hot labels): the lower end of each true class's output exceeds the
   upper end of every other class's output, by more than the error bound.
 
@@ -214,8 +215,9 @@ def _finish(claims: dict) -> Certificate:
 def _proven_by(cert: dict) -> dict[str, bool]:
     """What a certificate's own numbers prove, claim by claim: rank Z = T when Z has at least T
     columns and the residual bound is below 1 (interval method, and float64 where Z was too
-    ill-conditioned for its Gram route) or else the lower bound on σ_min(Z) is positive; memorization when the error bound is within
-    ``allowed``; zero misclassified when the margin exceeds the error bound."""
+    ill-conditioned for its Gram route) or else the lower bound on σ_min(Z) is positive;
+    memorization when the error bound is within ``allowed``; zero misclassified when the margin
+    exceeds the error bound."""
     rank, mem = cert["rank"], cert["memorization"]
     r, bound = rank.get("residual_inf_norm_bound"), mem.get("max_abs_error_bound")
     if cert["method"] == "interval" or "residual_inf_norm_bound" in rank:

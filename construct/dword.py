@@ -17,7 +17,7 @@ The tools, all in IEEE-754 double arithmetic in round-to-nearest, with every rou
   relies on a published constant;
 - products ``X·A`` with ``X`` float64 and ``A`` a double word, split into slices of at most 23
   significant bits on a common grid per row (column) (Rump–Ogita–Oishi's extraction; Ozaki's
-  scheme): each slice product with ``k ≤ 256`` terms is then computed *exactly* by BLAS, in any
+  scheme): each slice product of up to 256 terms is then computed *exactly* by BLAS, in any
   summation order, with or without FMA; the remainders are bounded.
 
 For shared contexts ``E``, the model is ``f(t) = Σ_h s_h(t)^T c_h (+ x(t)^T W_D)`` with
@@ -217,34 +217,40 @@ def _slices(M: np.ndarray, axis: int, count: int) -> tuple[list[np.ndarray], np.
     return out, rest
 
 
+# Terms per exact slice product (see exact_matmul).
+_TERMS = 256
+
+
 def exact_matmul(X: np.ndarray, A: DW) -> DW:
-    """``X·A`` (X float64 (T, k), A a double word (k, m)) as a double word, ``k ≤ 256``.
+    """``X·A`` (X float64 (T, k), A a double word (k, m)) as a double word.
 
     ``X`` is cut into four slices by row and ``A.hi`` into four, ``A.lo`` into two, by column
-    (:func:`_slices`). A product of two slices is a sum of ``k`` terms, each a multiple of
-    ``g = 2^(e_x + e_a − 44)`` of size at most ``2^(e_x + e_a)(1 + 2^-20)``: every partial sum is a
-    multiple of ``g`` below ``256·2^44·(1 + 2^-20) g < 2^53 g``, so BLAS computes it exactly, in any
-    order, with or without FMA. What the slices leave (``2^-88`` of each row's or column's
-    largest entry) and ``A.rad`` are bounded by products of magnitudes.
+    (:func:`_slices`). A product of two slices is a sum of at most 256 terms, each a multiple of
+    ``g = 2^(e_x + e_a − 44)`` of size at most ``2^(e_x + e_a)(1 + 2^-20)``: every partial sum is
+    a multiple of ``g`` below ``256·2^44·(1 + 2^-20) g < 2^53 g``, so BLAS computes it exactly, in
+    any order, with or without FMA (longer products go 256 terms at a time). What the slices leave
+    (``2^-88`` of each row's or column's largest entry) and ``A.rad`` are bounded by products of
+    magnitudes.
     """
     T, k = X.shape
-    if k > 256:
-        raise ValueError("exact_matmul takes at most 256 terms per product")
-    xs, x_rest = _slices(X, 1, 4)
-    a_hi, a_hi_rest = _slices(A.hi, 0, 4)
-    a_lo, a_lo_rest = _slices(A.lo, 0, 2)
     hi = np.zeros((T, A.hi.shape[1]))
     lo = np.zeros_like(hi)
     lo_err = np.zeros_like(hi)
-    for xp in xs:
-        for ap in a_hi + a_lo:
-            P = xp @ ap                                       # exact
-            hi, e = two_sum(hi, P)
-            lo = lo + e
-            lo_err += np.abs(lo)
-    absX = np.abs(X) + np.abs(x_rest)                         # ≥ |Σ slices of X|
-    a_mag = (np.abs(A.hi) + np.abs(A.lo) + A.rad) * _STD
-    rest = np.abs(x_rest) @ a_mag + absX @ ((np.abs(a_hi_rest) + np.abs(a_lo_rest)) * _STD + A.rad)
+    rest = np.zeros_like(hi)
+    for k0 in range(0, k, _TERMS):                            # more terms: 256 at a time
+        ks = slice(k0, min(k, k0 + _TERMS))
+        xs, x_rest = _slices(X[:, ks], 1, 4)
+        a_hi, a_hi_rest = _slices(A.hi[ks, :], 0, 4)
+        a_lo, a_lo_rest = _slices(A.lo[ks, :], 0, 2)
+        for xp in xs:
+            for ap in a_hi + a_lo:
+                P = xp @ ap                                   # exact
+                hi, e = two_sum(hi, P)
+                lo = lo + e
+                lo_err += np.abs(lo)
+        absX = np.abs(X[:, ks]) + np.abs(x_rest)              # ≥ |Σ slices of X|
+        a_mag = (np.abs(A.hi[ks, :]) + np.abs(A.lo[ks, :]) + A.rad[ks, :]) * _STD
+        rest += (np.abs(x_rest) @ a_mag + absX @ ((np.abs(a_hi_rest) + np.abs(a_lo_rest)) * _STD + A.rad[ks, :]))
     rad = (rest * (1 + 2 * (k + 2) * U) + k * TINY + U * lo_err) * _STD
     return DW(hi, lo, rad)
 
