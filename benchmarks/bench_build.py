@@ -21,6 +21,7 @@ import numpy as np
 from _timing import interleaved
 
 from construct import build, synthetic, verify
+from construct.arith import FLOAT64
 from construct.model import feature_matrix, output_from_features
 
 
@@ -51,8 +52,9 @@ def main() -> None:
             result = build(data, H, seed=0)
 
             def floor():
-                Z = feature_matrix(data.E, data.X, result.weights)
-                output_from_features(Z, data.X, result.weights)
+                with FLOAT64.session():                    # the forward pass on two threads, as verify's
+                    Z = feature_matrix(data.E, data.X, result.weights, FLOAT64)
+                    output_from_features(Z, data.X, result.weights, FLOAT64)
                 return np.linalg.qr(Z.T, mode="r")         # numpy's: the fastest here, beside numpy's work
 
             (t_build, result), (t_verify, v), (t_floor, _) = interleaved(

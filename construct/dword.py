@@ -39,7 +39,7 @@ TINY = 2.0 ** -1074
 # splitting stops being exact) contributes less than this even if dropped altogether.
 _UNDER = 2.0 ** -960
 _SPLITTER = 2.0 ** 27 + 1
-_STD = 1 + 4 * U                 # inflation of a nonnegative bound past a few roundings of its own
+_STD = 1 + 16 * U                # inflation of a nonnegative bound past its own roundings (up to 16)
 
 
 @dataclass
