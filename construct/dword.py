@@ -125,7 +125,8 @@ def div(n: DW, d: DW) -> DW:
     ql = rho / d.hi
     hi, lo = two_sum(q, ql)
     d_low = (np.abs(d.hi) - np.abs(d.lo)) * (1 - 4 * U)                # ≤ |d.hi + d.lo|
-    own = (err_rho + np.abs(d.hi) * U * np.abs(ql) * _STD + np.abs(ql * d.lo) * _STD) / d_low * _STD
+    own = ((err_rho + np.abs(d.hi) * U * np.abs(ql) * _STD + np.abs(ql * d.lo) * _STD) / d_low * _STD
+           + TINY * (2 + np.abs(d.hi) / d_low))                   # ql may round below the normal range
     # the inputs' radii: |n'/d' − n/d| ≤ (n.rad + |n/d|·d.rad) / (|d| − d.rad)
     room = (d_low - d.rad) * (1 - 2 * U)
     q_mag = (np.abs(hi) + np.abs(lo) + own) * _STD
@@ -163,13 +164,16 @@ def exp(x: DW) -> DW:
     polynomial in double words (the remainder ``|r'|^10/10!·e^{|r'|}`` added to the radius), squared
     eight times, times ``2^k``.
     """
-    small = x.hi < _EXP_FLOOR
-    xh = np.where(small, 0.0, x.hi)
+    # Clamped only where the whole interval lies below the floor (a NaN part never is).
+    small = x.hi + (np.abs(x.lo) + x.rad) * _STD < _EXP_FLOOR
+    bad = ~(np.isfinite(x.hi) & np.isfinite(x.lo) & np.isfinite(x.rad) & (x.hi <= 700))
+    xh = np.where(small | bad, 0.0, x.hi)
     k = np.rint(xh * _INV_LN2)
     a = xh - k * LN2_HI                                              # exact (see LN2_HI)
     p, q = two_prod(k, LN2_MID)
     klo = k * LN2_LO
-    r = add(DW(a, np.where(small, 0.0, x.lo), np.where(small, 0.0, x.rad)), DW(-p, -q, np.zeros_like(p)))
+    off = small | bad
+    r = add(DW(a, np.where(off, 0.0, x.lo), np.where(off, 0.0, x.rad)), DW(-p, -q, np.zeros_like(p)))
     r = add(r, DW(-klo, np.zeros_like(klo), (U * np.abs(klo) + np.abs(k) * LN2_REST) * _STD + TINY))
     r = r.scaled(-_HALVINGS)
     reach = (np.abs(r.hi) + np.abs(r.lo) + r.rad) * _STD                # |r'| for every value
@@ -184,8 +188,8 @@ def exp(x: DW) -> DW:
     for _ in range(_HALVINGS):
         acc = mul(acc, acc)
     out = acc.scaled(k.astype(np.int64))
-    return DW(np.where(small, 0.0, out.hi), np.where(small, 0.0, out.lo),
-              np.where(small, 2.0 ** -990, out.rad))
+    return DW(np.where(off, 0.0, out.hi), np.where(off, 0.0, out.lo),
+              np.where(bad, np.inf, np.where(small, 2.0 ** -990, out.rad)))
 
 
 # --- exact products by slices ------------------------------------------------------------------
@@ -237,6 +241,8 @@ def exact_matmul(X: np.ndarray, A: DW) -> DW:
     lo = np.zeros_like(hi)
     lo_err = np.zeros_like(hi)
     rest = np.zeros_like(hi)
+    sums = 0                                                  # accumulations into lo
+    under = 0.0                                               # what underflow may take
     for k0 in range(0, k, _TERMS):                            # more terms: 256 at a time
         ks = slice(k0, min(k, k0 + _TERMS))
         xs, x_rest = _slices(X[:, ks], 1, 4)
@@ -244,15 +250,20 @@ def exact_matmul(X: np.ndarray, A: DW) -> DW:
         a_lo, a_lo_rest = _slices(A.lo[ks, :], 0, 2)
         for xp in xs:
             for ap in a_hi + a_lo:
-                P = xp @ ap                                   # exact
+                P = xp @ ap                                   # exact, barring overflow and underflow
                 hi, e = two_sum(hi, P)
                 lo = lo + e
                 lo_err += np.abs(lo)
+                sums += 1
+        # below the normal range a product loses up to TINY per term
+        under += len(xs) * len(a_hi + a_lo) * (ks.stop - ks.start) * TINY
         absX = np.abs(X[:, ks]) + np.abs(x_rest)              # ≥ |Σ slices of X|
         a_mag = (np.abs(A.hi[ks, :]) + np.abs(A.lo[ks, :]) + A.rad[ks, :]) * _STD
         rest += (np.abs(x_rest) @ a_mag + absX @ ((np.abs(a_hi_rest) + np.abs(a_lo_rest)) * _STD + A.rad[ks, :]))
-    rad = (rest * (1 + 2 * (k + 2) * U) + k * TINY + U * lo_err) * _STD
-    return DW(hi, lo, rad)
+    rad = (rest * (1 + 2 * (k + 2) * U) + k * TINY + under + U * lo_err * (1 + 2 * (sums + 2) * U)) * _STD
+    # An overflow (of a partial sum, even where the exact product is small) proves nothing.
+    rad = np.where(np.isfinite(hi) & np.isfinite(lo) & np.isfinite(rad), rad, np.inf)
+    return DW(np.where(np.isfinite(hi), hi, 0.0), np.where(np.isfinite(lo), lo, 0.0), rad)
 
 
 def matmul(A: DW, B: DW) -> DW:

@@ -122,7 +122,7 @@ def gram_eigenvalue_lower(diagonal: np.ndarray, shift: float, k: int) -> float:
     - the shift: ``fl(g_ii − shift)`` is within ``u`` of its value, relatively;
     - Cholesky (Higham, Thm 10.3): ``R^T R = A + ΔA`` with ``|ΔA| ≤ γ_{T+1} |R^T| |R|``, so
       ``‖ΔA‖_2 ≤ γ_{T+1} ‖R‖_F²``, and ``‖R‖_F² = tr(A + ΔA) ≤ Σ|a_ii| / (1 − γ_{T+1})``;
-    - underflow: ``k·TINY`` per entry of ``G``, ``T·TINY`` per entry of ``ΔA``.
+    - underflow: ``k·TINY`` per entry of ``G``, ``T·TINY·max|r_ij|`` per entry of ``ΔA``.
 
     ``R^T R`` is positive semidefinite, so ``λ_min(Z Z^T) ≥ shift − (sum of the four)``.
     """
@@ -132,6 +132,7 @@ def gram_eigenvalue_lower(diagonal: np.ndarray, shift: float, k: int) -> float:
     tr_A = float(up(np.array(a.sum()), T))
     d_form = gamma(k) * tr_G / (1 - gamma(k)) + T * k * TINY
     d_shift = 2 * U * float(a.max(initial=0.0))
-    d_chol = gamma(T + 1) * tr_A / (1 - gamma(T + 1)) + T * T * TINY
+    # an entry of R that underflows (by at most TINY) moves R^T R by at most TINY·max|r|
+    d_chol = gamma(T + 1) * tr_A / (1 - gamma(T + 1)) + T * T * TINY * (1 + math.sqrt(tr_A))
     err = (d_form + d_shift + d_chol) * (1 + 8 * U)
     return max(0.0, (shift - err) * (1 - 2 * U))

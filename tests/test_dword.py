@@ -153,3 +153,48 @@ def test_the_bound_sits_on_the_exact_error():
     out = dword.shared_outputs(data.E[0], data.X, w.W_K, w.W_Q, w.W_V, w.W_O, w.W_D, w.skip)
     bound = dword.error_bound(out, data.Y)
     assert exact <= bound <= exact + mpmath.mpf(1e-20) + 1e-15 * exact
+
+
+def _overflowing_partial_sums():
+    """x·W_Q is exactly 0, but BLAS's partial sums overflow (2^523·2^250·2): found by review."""
+    T, big, s = 4, 2.0 ** 523, 2.0 ** 250
+    W_K = np.array([[[1.0], [0], [0], [0]]])
+    W_Q = np.array([[[-s], [-s], [s], [s]]])
+    W_V = np.array([[[0.0], [1], [0], [0]]])
+    W_O, W_D = np.array([[1.0, 0, 0, 0]]), np.array([[1.0], [0], [0], [0]])
+    E = np.array([[s, 0, 0, 0], [0, 1.0, 0, 0]])
+    w = Weights(W_K=W_K, W_Q=W_Q, W_V=W_V, W_O=W_O, W_D=W_D)
+    return w, Dataset(np.broadcast_to(E, (T, 2, 4)).copy(), np.full((T, 4), big), np.ones((T, 1)))
+
+
+def test_an_overflow_in_the_logits_proves_nothing():
+    # The exact logits are 0 for both tokens, so f = 1/2 everywhere and max |f − y| = 1/2: no
+    # certificate may claim memorization of y = 1.
+    w, data = _overflowing_partial_sums()
+    out = dword.shared_outputs(data.E[0], data.X, w.W_K, w.W_Q, w.W_V, w.W_O, w.W_D, w.skip)
+    assert dword.error_bound(out, data.Y) >= 0.5
+    assert not certify(w, data, method="float64").claims["memorization"]["proven"]
+
+
+def test_exp_of_a_wide_interval_below_the_floor_is_not_clamped():
+    r = dword.exp(DW(np.array([-700.0]), np.array([0.0]), np.array([800.0])))
+    assert r.hi[0] + r.rad[0] >= np.exp(100.0) or not np.isfinite(r.rad[0])
+    r = dword.exp(DW(np.array([np.nan]), np.array([0.0]), np.array([0.0])))
+    assert not np.isfinite(r.rad[0]) or not np.isfinite(r.hi[0])
+
+
+def test_exact_matmul_counts_underflow():
+    X, A = np.array([[3.425171953517392e-157]]), DW.exact(np.array([[1.7542637641219138e-159]]))
+    r = dword.exact_matmul(X, A)
+    exact = Fraction(X[0, 0]) * Fraction(A.hi[0, 0])
+    assert abs(exact - Fraction(r.hi[0, 0]) - Fraction(r.lo[0, 0])) <= Fraction(r.rad[0, 0])
+
+
+def test_div_counts_underflow():
+    rng = np.random.default_rng(0)
+    n = DW.exact(rng.uniform(1, 2, 200))
+    d = DW.exact(np.ldexp(rng.uniform(1, 2, 200), rng.integers(960, 995, 200)))
+    r = dword.div(n, d)
+    for i in range(200):
+        exact = Fraction(n.hi[i]) / Fraction(d.hi[i])
+        assert abs(exact - Fraction(r.hi[i]) - Fraction(r.lo[i])) <= Fraction(r.rad[i])
