@@ -221,19 +221,23 @@ def _slices(M: np.ndarray, axis: int, count: int) -> tuple[list[np.ndarray], np.
     return out, rest
 
 
-# Terms per exact slice product (see exact_matmul).
+# Terms per exact slice product, and slices per factor (see exact_matmul): what five slices of
+# 22 bits leave is below 2^-110 of a row's (column's) largest entry. Logits reach |x|·|A| ~ 1e8
+# at H = 256 and their error is multiplied by readout weights of 1e7 over H·n terms: 2^-88 (four
+# slices) left a radius of 2e-8 there.
 _TERMS = 256
+_X_SLICES, _LO_SLICES = 5, 3
 
 
 def exact_matmul(X: np.ndarray, A: DW) -> DW:
     """``X·A`` (X float64 (T, k), A a double word (k, m)) as a double word.
 
-    ``X`` is cut into four slices by row and ``A.hi`` into four, ``A.lo`` into two, by column
+    ``X`` is cut into five slices by row and ``A.hi`` into five, ``A.lo`` into three, by column
     (:func:`_slices`). A product of two slices is a sum of at most 256 terms, each a multiple of
     ``g = 2^(e_x + e_a − 44)`` of size at most ``2^(e_x + e_a)(1 + 2^-20)``: every partial sum is
     a multiple of ``g`` below ``256·2^44·(1 + 2^-20) g < 2^53 g``, so BLAS computes it exactly, in
     any order, with or without FMA (longer products go 256 terms at a time). What the slices leave
-    (``2^-88`` of each row's or column's largest entry) and ``A.rad`` are bounded by products of
+    (``2^-110`` of each row's or column's largest entry) and ``A.rad`` are bounded by products of
     magnitudes.
     """
     T, k = X.shape
@@ -245,9 +249,9 @@ def exact_matmul(X: np.ndarray, A: DW) -> DW:
     under = 0.0                                               # what underflow may take
     for k0 in range(0, k, _TERMS):                            # more terms: 256 at a time
         ks = slice(k0, min(k, k0 + _TERMS))
-        xs, x_rest = _slices(X[:, ks], 1, 4)
-        a_hi, a_hi_rest = _slices(A.hi[ks, :], 0, 4)
-        a_lo, a_lo_rest = _slices(A.lo[ks, :], 0, 2)
+        xs, x_rest = _slices(X[:, ks], 1, _X_SLICES)
+        a_hi, a_hi_rest = _slices(A.hi[ks, :], 0, _X_SLICES)
+        a_lo, a_lo_rest = _slices(A.lo[ks, :], 0, _LO_SLICES)
         for xp in xs:
             for ap in a_hi + a_lo:
                 P = xp @ ap                                   # exact, barring overflow and underflow

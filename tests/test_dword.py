@@ -105,6 +105,9 @@ def test_exact_matmul_encloses_the_exact_product(seed, k, spread):
             got, rad = _value(r, t * 4 + j), mpmath.mpf(float(r.rad[t, j]))
             assert abs(exact - got) + slack <= rad + slack * 2        # the radius covers A's and the rounding
             assert abs(exact - got) <= rad
+            # and tight: the slices leave 2^-110 of the largest entries
+            assert rad <= 1e-30 * k * np.abs(X[t]).max() * (np.abs(A.hi[:, j]).max() + A.rad[:, j].max() * 1e30) \
+                + 2 * float(slack)
 
 
 def _exact_outputs(data, w: Weights):

@@ -296,3 +296,16 @@ def test_an_overflowing_float64_certificate_says_why_not_the_interval_budget():
     mem = certify(w, data, method="float64").claims["memorization"]
     assert not mem["proven"] and mem["max_abs_error_bound"] is None
     assert "budget" not in mem["reason"] and "not finite" in mem["reason"]
+
+
+def test_the_gram_matrix_in_row_blocks_is_the_gram_matrix(monkeypatch):
+    # scipy's OpenBLAS crashed in a large multithreaded dsyrk; the blocks must give Z Z^T all the same.
+    rng = np.random.default_rng(0)
+    Z = rng.standard_normal((37, 101))
+    whole = lapack.syrk(Z)
+    monkeypatch.setattr(lapack, "SYRK_ROWS", 10)
+    blocked = lapack.syrk(Z)
+    exact = Z @ Z.T
+    for G in (whole, blocked):
+        assert np.allclose(np.triu(G), np.triu(exact), rtol=1e-13, atol=1e-12)
+    assert blocked.flags.f_contiguous

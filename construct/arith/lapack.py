@@ -106,7 +106,7 @@ def row_factor(Z: np.ndarray) -> tuple[np.ndarray, tuple[float, float]]:
     T, k = Z.shape
     with scipy_threads(blas_threads()):             # every large operation in scipy's BLAS
         if 0 < T <= k and _gram_may_do(Z):
-            G = sla.blas.dsyrk(1.0, np.ascontiguousarray(Z).T, trans=1)   # upper triangle of Z Z^T
+            G = syrk(Z)                                                 # upper triangle of Z Z^T
             trace = float(np.trace(G))
             try:
                 R = sla.cholesky(G, lower=False, overwrite_a=True, check_finite=False)
@@ -141,6 +141,29 @@ def _gram_may_do(Z: np.ndarray) -> bool:
     return GRAM_SLACK * upper >= delta
 
 
+# Rows of Z per symmetric rank-k update. scipy's bundled OpenBLAS crashed (SIGSEGV) in a
+# multithreaded dsyrk with T = 15873 rows and k ≥ 2048 columns (H = 512, n = 32, d = 64), and
+# not with T = 7937; larger Gram matrices are formed by blocks of rows: dsyrk on the diagonal
+# blocks, dgemm beside them.
+SYRK_ROWS = 4096
+
+
+def syrk(Z: np.ndarray) -> np.ndarray:
+    """The upper triangle of ``Z Z^T`` (T, T), Fortran order (the strict lower triangle is zero
+    or the upper's mirror). Each entry is one sum of ``k`` products, in BLAS's order."""
+    T, k = Z.shape
+    Z = np.ascontiguousarray(Z)
+    if T <= SYRK_ROWS:
+        return sla.blas.dsyrk(1.0, Z.T, trans=1)
+    G = np.zeros((T, T), order="F")
+    for lo in range(0, T, SYRK_ROWS):
+        hi = min(T, lo + SYRK_ROWS)
+        G[lo:hi, lo:hi] = sla.blas.dsyrk(1.0, Z[lo:hi].T, trans=1)
+        if hi < T:
+            G[lo:hi, hi:] = sla.blas.dgemm(1.0, Z[lo:hi].T, Z[hi:].T, trans_a=1)
+    return G
+
+
 # Rows (or columns) per block when a square matrix is copied between its triangles.
 _MIRROR_BLOCK = 512
 
@@ -149,7 +172,7 @@ def gram(Z: np.ndarray) -> np.ndarray:
     """``Z Z^T`` (T, T) for ``Z`` (T, k), in Fortran order with both triangles filled (one
     symmetric rank-k update; the lower triangle is copied from the upper)."""
     with scipy_threads(blas_threads()):
-        G = sla.blas.dsyrk(1.0, np.ascontiguousarray(Z).T, trans=1)
+        G = syrk(Z)
     _mirror(G, to_lower=True)
     return G
 
