@@ -16,7 +16,7 @@ from construct.cli import main
 from construct.data import as_dataset, as_one_hot, load_dataset
 from construct.io import npz_bytes
 from construct.enclose import exp_enclosure, features, gram_eigenvalue_lower
-from construct.model import Weights, feature_matrix, load_weights
+from construct.model import Weights, feature_matrix, load_weights, output_from_features
 from construct.arith import Mpmath, lapack
 from construct.precision import ERROR_TARGET, parse
 
@@ -309,3 +309,23 @@ def test_the_gram_matrix_in_row_blocks_is_the_gram_matrix(monkeypatch):
     for G in (whole, blocked):
         assert np.allclose(np.triu(G), np.triu(exact), rtol=1e-13, atol=1e-12)
     assert blocked.flags.f_contiguous
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 4), st.booleans(), st.sampled_from(["independent", "shared"]))
+def test_float64_output_bound_covers_the_exact_error(seed, H, skip, kind):
+    # The head-by-head output enclosure (and, on shared contexts, the double words) bound the
+    # exact model's max |f − y| (300-bit forward pass) for arbitrary weights, not only built ones.
+    rng = np.random.default_rng(seed)
+    n, d, d_h, d_v, d_o = 3, 4, 2, 2, 2
+    data = synthetic(kind, T=6, n=n, d=d, d_o=d_o, seed=seed % 1000)
+    w = Weights(W_K=rng.standard_normal((H, d, d_h)) * 3, W_Q=rng.standard_normal((H, d, d_h)),
+                W_V=rng.standard_normal((H, d, d_v)) * 1e4, W_O=rng.standard_normal((H * d_v, d)),
+                W_D=rng.standard_normal((d, d_o)), skip=skip)
+    bound = certify(w, data, method="float64", tol=1e-300).claims["memorization"]["max_abs_error_bound"]
+    p = Mpmath(300)
+    with p.working():
+        out = feature_matrix(p.asarray(data.E), p.asarray(data.X), w.map(p.asarray), p)
+        f = output_from_features(out, p.asarray(data.X), w.map(p.asarray), p)
+        exact = max(abs(f.flat[i] - mpmath.mpf(float(data.Y.flat[i]))) for i in range(f.size))
+    assert exact <= mpmath.mpf(bound)
