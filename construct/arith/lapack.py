@@ -109,7 +109,8 @@ def row_factor(Z: np.ndarray) -> tuple[np.ndarray, tuple[float, float]]:
             G = syrk(Z)                                                 # upper triangle of Z Z^T
             trace = float(np.trace(G))
             try:
-                R = sla.cholesky(G, lower=False, overwrite_a=True, check_finite=False)
+                with scipy_threads(cholesky_threads(T)):
+                    R = sla.cholesky(G, lower=False, overwrite_a=True, check_finite=False)
             except np.linalg.LinAlgError:
                 R = None
             if R is not None and np.all(np.isfinite(R)):
@@ -146,6 +147,18 @@ def _gram_may_do(Z: np.ndarray) -> bool:
 # not with T = 7937; larger Gram matrices are formed by blocks of rows: dsyrk on the diagonal
 # blocks, dgemm beside them.
 SYRK_ROWS = 4096
+
+
+# Largest order at which a Cholesky factorization runs on more than one thread. OpenBLAS's
+# threaded dpotrf (its internal dsyrk_thread) crashed with SIGSEGV at order 15873, in scipy's
+# and in numpy's bundled builds alike, and ran at 12000 (upstream reports of the same class:
+# OpenMathLib/OpenBLAS#2821, #1413); on one thread it ran at 15873 (28 s).
+CHOLESKY_THREADED_MAX = 12000
+
+
+def cholesky_threads(order: int) -> int:
+    """BLAS threads for a Cholesky factorization of this order (see CHOLESKY_THREADED_MAX)."""
+    return blas_threads() if order <= CHOLESKY_THREADED_MAX else 1
 
 
 def syrk(Z: np.ndarray) -> np.ndarray:
@@ -205,7 +218,7 @@ def shifted_cholesky(G: np.ndarray, diagonal: np.ndarray, shift: float) -> bool:
         raise ValueError("shifted_cholesky needs G in Fortran order")
     _mirror(G, to_lower=False)
     np.fill_diagonal(G, diagonal - shift)
-    with scipy_threads(blas_threads()):
+    with scipy_threads(cholesky_threads(G.shape[0])):
         R, info = sla.lapack.dpotrf(G, lower=0, clean=0, overwrite_a=1)
     if not np.shares_memory(R, G):                     # f2py copied: factor in G after all
         G[...] = np.triu(R) + np.tril(G, -1)
