@@ -72,8 +72,9 @@ def test_add_mul_div_enclose_the_exact_results(seed, radius):
             for x in _corners(a, i):
                 for y in _corners(b, i):
                     assert abs(f(x, y) - _value(r, i)) <= mpmath.mpf(float(r.rad.flat[i])), (op.__name__, i)
-        if not radius and op is not dword.div:            # and tight: a few u² relative
-            assert np.all(r.rad <= 1e-29 * (np.abs(r.hi) + 1e-300))
+        if not radius and op is not dword.div:            # and tight: a few u² of the operands
+            scale = np.abs(a.hi) + np.abs(b.hi) if op is dword.add else np.abs(a.hi * b.hi)
+            assert np.all(r.rad <= 1e-29 * scale + 1e-300)
 
 
 @settings(deadline=None)

@@ -15,12 +15,10 @@ EPS = float(np.finfo(np.float64).eps)
 _DENSE_SVD_LIMIT = 600
 
 # row_factor keeps the Cholesky factor of the Gram matrix only while the rounding of forming and
-# factoring it moves σ_min(Z)² by at most this fraction: σ_min(Z) to 5e-5 relative (four digits,
-# more than a report prints), and the rank decision, which needs σ_min(Z) above a tolerance some
-# 1e-12 of σ_max(Z), is certain. The bound is a worst case: at T = 7937 (H = 256, n = 32, d = 64)
-# it is 3.6e-6 (rejected at 1e-6), while the QR route gave σ_min(Z) = 5.049480916472844 and the
-# Gram route 5.049480916472855, 2e-15 apart.
-GRAM_SLACK = 1e-4
+# factoring it moves σ_min(Z)² by at most this fraction (σ_min(Z) to about 5e-7, relative). The
+# bound is a worst case: at T = 7937 (H = 256, n = 32, d = 64) it is 3.6e-6, so that problem
+# takes the QR, although there the two routes' σ_min(Z) came out 2e-15 apart.
+GRAM_SLACK = 1e-6
 # Relative accuracy of row_factor's Lanczos on its Gram factor's extremes: far inside GRAM_SLACK.
 EXTREMES_TOL = 1e-10
 # Rows of Z that row_factor looks at first, to skip a Gram matrix that would be rejected.
