@@ -62,9 +62,6 @@ class DW:
     def __getitem__(self, key) -> DW:
         return DW(self.hi[key], self.lo[key], self.rad[key])
 
-    def __neg__(self) -> DW:
-        return DW(-self.hi, -self.lo, self.rad)
-
     def scaled(self, k) -> DW:
         """``2^k`` times this (``k`` integer, elementwise); a result below the normal range
         rounds, which ``TINY`` per part covers."""
