@@ -11,16 +11,20 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+import numpy as np
+
 from . import policy
 from . import precision as precision_mod
-from .arith import Arithmetic, for_bits
+from .accurate import VISIBLE, rounding_visible, shared_context
+from .accurate import outputs as accurate_outputs
+from .arith import Arithmetic, Float64, for_bits
 from .data import Dataset, checked
 from .errors import ConstructionError, InputError
 from .evidence import BuildResult, HeadEvidence, HeadTrace
 from .first_head import first_head
 from .later_head import later_head
 from .limits import integer, require_memory, tolerance
-from .model import capacity, feature_matrix, heads_needed, sealed
+from .model import Weights, capacity, feature_matrix, heads_needed, output_from_features, sealed
 from .partition import partition
 from .precision import Precision
 from .readout import min_norm_solve, readout_target, readout_weights
@@ -131,11 +135,18 @@ def build_in(ar: Arithmetic, data: Dataset, why: str, *, heads: int, head_dim: i
         ws.reduction.add_features(heads * data.d)                   # the factor now covers all of Z
         ws.reduction.commit()
         B = min_norm_solve(ws.Z, ws.reduction, readout_target(Y, ws.X, skip), ar)
-        W_V, W_O, W_D = readout_weights(B, heads, data.d, value_dim, ar)
-        # The weights are numbers of exactly the arithmetic's bits: what the file stores and what
-        # verify and certify evaluate.
-        weights = sealed(*(ar.to_numpy(ar.rounded(A)) for A in (ws.W_K, ws.W_Q, W_V, W_O, W_D)), skip=skip,
-                         bits=ar.weights_bits)
+
+        def readout(B) -> Weights:
+            # The weights are numbers of exactly the arithmetic's bits: what the file stores and
+            # what verify and certify evaluate.
+            W_V, W_O, W_D = readout_weights(B, heads, data.d, value_dim, ar)
+            return sealed(*(ar.to_numpy(ar.rounded(A)) for A in (ws.W_K, ws.W_Q, W_V, W_O, W_D)), skip=skip,
+                          bits=ar.weights_bits)
+
+        weights = readout(B)
+        outputs = None
+        if isinstance(ar, Float64) and shared_context(data.E):
+            weights, outputs = _refined(ar, ws, data, tol, B, weights, readout)
         lap("readout")
     with ar.working(), ar.heavy():
         # Z was computed head by head with the forward pass's own function on these very W_K, W_Q,
@@ -144,7 +155,7 @@ def build_in(ar: Arithmetic, data: Dataset, why: str, *, heads: int, head_dim: i
         in_ar = weights.map(ar.asarray, bits=weights.bits)         # the same numbers, in the arithmetic
         Z = ws.Z if not ar.rounds_weights else feature_matrix(ws.E, ws.X, in_ar, ar)
         verification = check(ar, Z, in_ar, Dataset(ws.E, ws.X, Y), tol,
-                              ws.reduction if not ar.rounds_weights else None)
+                              ws.reduction if not ar.rounds_weights else None, outputs)
     lap("verify")
     evidence = [step.evidence for step in steps]
     result = BuildResult(weights=weights, data=data, k=k, capacity=capacity(heads, data.n, head_dim),
@@ -160,6 +171,35 @@ def build_in(ar: Arithmetic, data: Dataset, why: str, *, heads: int, head_dim: i
             + ("Float64 cannot hold this construction (MATH.md §5): use precision auto or more bits"
                if ar.weights_bits is None else "raise the precision"))
     return result
+
+
+# At most this many corrections of the readout against the outputs in double words.
+REFINEMENTS = 2
+
+
+def _refined(ar: Arithmetic, ws: Workspace, data: Dataset, tol: float, B, weights: Weights, readout):
+    """Float64 weights on a shared context, refined until the exact model reproduces the labels.
+
+    The readout ``B`` solves ``Z B = Y`` for the float64 ``Z``; where a second float64 evaluation
+    shows that rounding reaches the tolerance (:func:`construct.accurate.rounding_visible`), the
+    outputs are evaluated in double words and ``B`` corrected by the min-norm solution of
+    ``Z δ = y − f`` with the factor the construction already has: iterative refinement with the
+    residual in double words. Returns the weights and their outputs in double words (None when
+    float64's rounding stayed small).
+    """
+    allowed = tol * max(1.0, float(np.abs(data.Y).max()))
+    E, X = data.E[0], data.X
+    if not rounding_visible(weights, E, X, output_from_features(ws.Z, X, weights, ar), allowed):
+        return weights, None
+    outputs = accurate_outputs(weights, E, X)
+    for _ in range(REFINEMENTS):
+        residual = data.Y - outputs
+        if not (np.all(np.isfinite(residual)) and np.abs(residual).max() > VISIBLE * allowed):
+            break
+        B = B + min_norm_solve(ws.Z, ws.reduction, residual, ar)
+        weights = readout(B)
+        outputs = accurate_outputs(weights, E, X)
+    return weights, outputs
 
 
 def _report(progress: Progress | None, steps: list, groups: list) -> None:

@@ -42,6 +42,7 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 import numpy as np
 
 from . import dword, enclose
+from .accurate import shared_context
 from .arith import FLOAT64, Interval, lapack
 from .data import Dataset, checked
 from .errors import InputError
@@ -326,7 +327,7 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float) -> dict:
             o, o_rad = o + data.X, o_rad + enclose.U * np.abs(o + data.X) * 2
         out, out_rad = enclose.matmul(o, o_rad, weights.W_D)
         error_bound = float(enclose.up(np.abs(out - data.Y) + out_rad, 2).max())
-        if not error_bound <= allowed and _shared_context(data.E):
+        if not error_bound <= allowed and shared_context(data.E):
             with FLOAT64.session():
                 tight = dword.shared_outputs(data.E[0], data.X, weights.W_K, weights.W_Q, weights.W_V,
                                              weights.W_O, weights.W_D, weights.skip, rows=FLOAT64.rows)
@@ -342,11 +343,6 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float) -> dict:
             hi = (out + out_rad) + 4 * enclose.U * np.abs(out) + enclose.TINY
             claims["classification"] = _margin_claim(lo, hi, labels)
     return claims
-
-
-def _shared_context(E: np.ndarray) -> bool:
-    """Every example has the same context."""
-    return bool(np.all(E == E[:1]))
 
 
 # Shifts the rank claim tries: a fraction of the estimated σ_min(Z)², then smaller ones.

@@ -112,7 +112,7 @@ def _cmd_verify(args) -> int:
         print(json.dumps(v.to_dict(), indent=2))
     else:
         print(f"examples     T = {v.T}\nrank Z       {v.rank_Z}   sigma_min(Z) = {v.sigma_min_Z:.3e}\n"
-              f"max |f - y|  {v.max_abs_error:.3e}  (allowed {v.tol:.1e})\n"
+              f"max |f - y|  {v.max_abs_error:.3e}  (allowed {v.tol:.1e}; outputs in {v.outputs})\n"
               + ("PASS: every label reproduced, rank Z = T" if v.passed else
                  "FAIL: " + ("labels not reproduced within the tolerance" if v.max_abs_error > v.tol
                              else f"rank Z = {v.rank_Z} < T = {v.T}")))

@@ -65,7 +65,7 @@ def summary_text(rep: dict) -> str:
         lines.append(f"saturation   largest c_h {max(scales):.3e} (explicit bound {max(explicit):.3e}, "
                      f"scale = {rep['scale']}); smallest gap delta = {min(deltas):.3e}")
     lines += [
-        f"max |f - y|  {v['max_abs_error']:.3e}  (allowed {v['tol']:.1e}): "
+        f"max |f - y|  {v['max_abs_error']:.3e}  (allowed {v['tol']:.1e}; outputs in {v.get('outputs', 'float64')}): "
         + ("every label reproduced" if v["passed"] else "NOT MEMORIZED"),
         f"float32      max |f - y| {rep['float32']['max_abs_error']:.3e}: "
         + ("survives" if rep["float32"]["survives"] else "does not survive")
