@@ -9,6 +9,7 @@ precision policy (:mod:`construct.policy`) and handed to the steps once.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -17,7 +18,7 @@ from . import policy
 from . import precision as precision_mod
 from .accurate import VISIBLE, rounding_visible, shared_context
 from .accurate import outputs as accurate_outputs
-from .arith import Arithmetic, Float64, for_bits
+from .arith import Arithmetic, gpu
 from .data import Dataset, checked
 from .errors import ConstructionError, InputError
 from .evidence import BuildResult, HeadEvidence, HeadTrace
@@ -42,7 +43,7 @@ __all__ = ["BuildResult", "HeadEvidence", "HeadTrace", "SCALES", "build", "capac
 def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: int | None = None,
           skip: bool = False, seed: int = 0, tol: float = DEFAULT_TOL, scale: str = "rank",
           precision: str | Precision = "auto", progress: Progress | None = None,
-          trace: bool = False) -> BuildResult:
+          trace: bool = False, device: str = "cpu") -> BuildResult:
     """Construct weights that memorize ``data`` exactly (Theorem 1; MATH.md §4).
 
     Args:
@@ -66,6 +67,10 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
             for), ``"float64"``, a number of bits, or a :class:`Precision`.
         trace: keep every head's arrays (:class:`HeadTrace`) in the result, for checking the
             steps against the paper's statements (``proofs``) and for teaching; O(T²) memory.
+        device: ``"cpu"`` (default: weights reproducible bit for bit on a given machine),
+            ``"gpu"`` (float64 on a CUDA GPU through CuPy; an error if none can be used) or
+            ``"auto"`` (the GPU when one can be used, else the CPU). Precisions above float64
+            run on the CPU. The result says which ran and why (``device``, ``device_reason``).
 
     Returns:
         :class:`BuildResult` with the weights and the evidence.
@@ -86,24 +91,28 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
         chosen = precision_mod.parse(precision)
     except ValueError as exc:
         raise InputError(str(exc), what="invalid option") from None
-    require_memory(memory_estimate(data, H, d_h, d_v),
-                   f"a build of T = {data.T} examples (n = {data.n}, d = {data.d}) with H = {H} heads")
+    where = gpu.resolve(device)
+    what = f"a build of T = {data.T} examples (n = {data.n}, d = {data.d}) with H = {H} heads"
+    require_memory(memory_estimate(data, H, d_h, d_v), what)
     options = dict(heads=H, head_dim=d_h, value_dim=d_v, seed=seed, tol=tol, scale=scale,
                    progress=progress, trace=trace)
 
+    def at(problem: Dataset, prec: Precision, why: str, with_skip: bool) -> BuildResult:
+        ar = gpu.arithmetic(where, prec.bits)
+        gpu.require_device_memory(ar, memory_estimate(problem, H, d_h, d_v), what)
+        result = build_in(ar, problem, why, skip=with_skip, **options)
+        ran = "gpu" if isinstance(ar, gpu.CuPyFloat64) else "cpu"
+        why = where.why if ran == where.name else f"{prec.bits}-bit mpmath runs on the CPU"
+        return replace(result, device=ran, device_reason=why,
+                       verification=replace(result.verification, device=ran, device_reason=why))
+
     def at_each_precision(problem: Dataset, with_skip: bool) -> BuildResult:
-        return policy.choose(problem, H, chosen,
-                             lambda prec, why: _build_at(problem, prec, why, skip=with_skip, **options))
+        return policy.choose(problem, H, chosen, lambda prec, why: at(problem, prec, why, with_skip))
 
     exponents = scaling_exponents(data, bool(skip))
     if exponents is not None:
         return build_scaled(data, exponents, bool(skip), tol, lambda unit: at_each_precision(unit, False))
     return at_each_precision(data, bool(skip))
-
-
-def _build_at(data: Dataset, prec: Precision, why: str, **options) -> BuildResult:
-    """:func:`build` at one precision."""
-    return build_in(for_bits(prec.bits), data, why, **options)
 
 
 def build_in(ar: Arithmetic, data: Dataset, why: str, *, heads: int, head_dim: int, value_dim: int,
@@ -145,7 +154,7 @@ def build_in(ar: Arithmetic, data: Dataset, why: str, *, heads: int, head_dim: i
 
         weights = readout(B)
         outputs = None
-        if isinstance(ar, Float64) and shared_context(data.E):
+        if ar.weights_bits is None and shared_context(data.E):
             weights, outputs = _refined(ar, ws, data, tol, B, weights, readout)
         lap("readout")
     with ar.working(), ar.heavy():
@@ -189,14 +198,15 @@ def _refined(ar: Arithmetic, ws: Workspace, data: Dataset, tol: float, B, weight
     """
     allowed = tol * max(1.0, float(np.abs(data.Y).max()))
     E, X = data.E[0], data.X
-    if not rounding_visible(weights, E, X, output_from_features(ws.Z, X, weights, ar), allowed):
+    if not rounding_visible(weights, E, X, ar.to_host(output_from_features(ws.Z, ws.X, weights.map(ar.asarray), ar)),
+                            allowed):
         return weights, None
     outputs = accurate_outputs(weights, E, X)
     for _ in range(REFINEMENTS):
         residual = data.Y - outputs
         if not (np.all(np.isfinite(residual)) and np.abs(residual).max() > VISIBLE * allowed):
             break
-        B = B + min_norm_solve(ws.Z, ws.reduction, residual, ar)
+        B = B + min_norm_solve(ws.Z, ws.reduction, ar.asarray(residual), ar)
         weights = readout(B)
         outputs = accurate_outputs(weights, E, X)
     return weights, outputs

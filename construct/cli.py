@@ -88,12 +88,20 @@ def _build_into(args, out) -> dict:
                                                                "positional": args.positional}}
     progress = None if args.quiet else _progress_printer(sys.stderr)
     result = build(data, heads, head_dim=args.head_dim, value_dim=args.value_dim, skip=args.skip,
-                   seed=args.seed, tol=args.tol, scale=args.scale, precision=args.precision, progress=progress)
+                   seed=args.seed, tol=args.tol, scale=args.scale, precision=args.precision, progress=progress,
+                   device=args.device)
     weights_bytes, data_bytes = result.weights.to_bytes(), data.to_bytes()
     report = build_report(result, data_source=source, data_sha256=sha256(data_bytes),
                           weights_sha256=sha256(weights_bytes), total_seconds=time.perf_counter() - started)
     out.publish({"weights.npz": weights_bytes, "data.npz": data_bytes, "report.json": json_bytes(report)})
     return report
+
+
+def _device_option(parser) -> None:
+    from .arith.gpu import DEVICES
+    parser.add_argument("--device", choices=DEVICES, default="cpu",
+                        help="where float64 runs: cpu (default), gpu (CuPy, the [gpu] extra; an error if no "
+                             "GPU can be used) or auto (the GPU when one can be used); the output says which ran")
 
 
 def _cmd_verify(args) -> int:
@@ -107,11 +115,12 @@ def _cmd_verify(args) -> int:
     tolerance(args.tol, "--tol")                   # a bad option is refused before any file is read
     weights = load_weights(args.weights)
     data = load_dataset(args.data)
-    v = verify(weights, data, tol=args.tol)
+    v = verify(weights, data, tol=args.tol, device=args.device)
     if args.json:
         print(json.dumps(v.to_dict(), indent=2))
     else:
-        print(f"examples     T = {v.T}\nrank Z       {v.rank_Z}   sigma_min(Z) = {v.sigma_min_Z:.3e}\n"
+        print(f"device       {v.device}: {v.device_reason}\n"
+              f"examples     T = {v.T}\nrank Z       {v.rank_Z}   sigma_min(Z) = {v.sigma_min_Z:.3e}\n"
               f"max |f - y|  {v.max_abs_error:.3e}  (allowed {v.tol:.1e}; outputs in {v.outputs})\n"
               + ("PASS: every label reproduced, rank Z = T" if v.passed else
                  "FAIL: " + ("labels not reproduced within the tolerance" if v.max_abs_error > v.tol
@@ -242,6 +251,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--tol", type=float, default=DEFAULT_TOL,
                    help=f"allowed max |f-y| relative to max(1, max|Y|) (default {DEFAULT_TOL:g})")
     b.add_argument("--quiet", action="store_true", help="print nothing on success")
+    _device_option(b)
     b.set_defaults(run=_cmd_build)
 
     v = sub.add_parser("verify", help="check that weights memorize a dataset",
@@ -252,6 +262,7 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--tol", type=float, default=DEFAULT_TOL,
                    help=f"allowed max |f-y| relative to max(1, max|Y|) (default {DEFAULT_TOL:g})")
     v.add_argument("--json", action="store_true", help="print the result as JSON")
+    _device_option(v)
     v.set_defaults(run=_cmd_verify)
 
     c = sub.add_parser("certify", help="prove rank Z = T and bound max |f - y| for the exact model")

@@ -105,6 +105,7 @@ class BuildResult:
         timings: seconds per stage.
         scale: how the saturation scales were chosen (``"rank"``, ``"saturating"`` or ``"explicit"``).
         precision: the arithmetic the construction ran in, and ``precision_reason`` why.
+        device: ``"cpu"`` or ``"gpu"``, where it ran, and ``device_reason`` why.
         trace: per head, the arrays of its step (empty unless built with ``trace=True``).
     """
 
@@ -120,6 +121,8 @@ class BuildResult:
     scale: str = "rank"
     precision: str = "float64"
     precision_reason: str = ""
+    device: str = "cpu"
+    device_reason: str = ""
 
     @property
     def max_abs_error(self) -> float:

@@ -9,13 +9,13 @@ rescaling labels does not change the verdict); the default ``tol`` is ``1e-8``. 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
 from .accurate import outputs as accurate_outputs
 from .accurate import rounding_visible, shared_context
-from .arith import FLOAT64, Arithmetic, Float64, for_bits
+from .arith import FLOAT64, Arithmetic, gpu
 from .data import Dataset, checked
 from .limits import require_memory, tolerance
 from .model import Weights, check_compatible, checked_weights, feature_matrix, forward, output_from_features
@@ -39,6 +39,7 @@ class Verification:
         max_abs_error: ``max |f(E, x) − y|`` over the dataset.
         tol: allowed error, ``tol_rel · max(1, max |Y|)``.
         passed: every label reproduced within ``tol`` and ``rank Z = T``.
+        device: where it ran (``"cpu"`` or ``"gpu"``), and ``device_reason`` why.
         outputs: how the outputs were evaluated: the arithmetic's own forward pass (its name), or
             ``"double words"`` where float64's rounding reaches the tolerance (shared contexts,
             :mod:`construct.accurate`).
@@ -53,6 +54,8 @@ class Verification:
     tol: float
     passed: bool
     outputs: str = "float64"
+    device: str = "cpu"
+    device_reason: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -74,9 +77,8 @@ def check(ar: Arithmetic, Z, weights: Weights, data: Dataset, tol: float = DEFAU
         if outputs is None:
             out = output_from_features(Z, data.X, weights, ar)
             gaps = ar.to_host(out - data.Y)
-            if (weights.bits is None and isinstance(ar, Float64) and shared_context(data.E)
-                    and rounding_visible(weights, data.E[0], data.X, out, allowed)):
-                outputs = accurate_outputs(weights, data.E[0], data.X)
+            if weights.bits is None and ar.weights_bits is None:
+                outputs = _where_rounding_shows(ar, weights, data, out, allowed)
         if outputs is not None:
             gaps, how = outputs - ar.to_host(data.Y), "double words"
         err = float(np.abs(gaps).max())
@@ -88,10 +90,23 @@ def check(ar: Arithmetic, Z, weights: Weights, data: Dataset, tol: float = DEFAU
                         passed=bool(err <= allowed and r.rank == data.T), outputs=how)
 
 
-def verify(weights: Weights, data: Dataset, tol: float = DEFAULT_TOL) -> Verification:
+def _where_rounding_shows(ar: Arithmetic, weights: Weights, data: Dataset, out, allowed: float):
+    """Float64 outputs ``out`` on a shared context where a second float64 evaluation differs by
+    a visible fraction of ``allowed``: the outputs in double words (host). Otherwise None."""
+    E = ar.to_host(data.E)
+    if not shared_context(E):
+        return None
+    host, X = weights.map(ar.to_numpy), ar.to_host(data.X)
+    if not rounding_visible(host, E[0], X, ar.to_host(out), allowed):
+        return None
+    return accurate_outputs(host, E[0], X)
+
+
+def verify(weights: Weights, data: Dataset, tol: float = DEFAULT_TOL, *, device: str = "cpu") -> Verification:
     """Recompute ``Z`` and the outputs from the weights and decide whether they memorize ``data``.
 
-    High-precision weights are evaluated at their own precision (``weights.bits``).
+    High-precision weights are evaluated at their own precision (``weights.bits``), on the CPU.
+    ``device``: ``"cpu"``, ``"gpu"`` or ``"auto"``, as for :func:`construct.build`.
 
     Raises:
         InputError: the weights' dimensions do not match the data's, or ``tol`` is not a finite
@@ -101,13 +116,20 @@ def verify(weights: Weights, data: Dataset, tol: float = DEFAULT_TOL) -> Verific
     check_compatible(weights, data.d, data.d_o)
     require_memory(8 * (2 * data.T * weights.H * data.d + 2 * data.T ** 2),
                    f"verifying T = {data.T} examples on H = {weights.H} heads")
-    ar = for_bits(weights.bits)
+    where = gpu.resolve(device)
+    ar = gpu.arithmetic(where, weights.bits)
+    gpu.require_device_memory(ar, 8 * (2 * data.T * weights.H * data.d + 2 * data.T ** 2),
+                              f"verifying T = {data.T} examples on H = {weights.H} heads")
     with ar.working():                              # at the weights' own precision
         data_ar = Dataset(ar.asarray(data.E), ar.asarray(data.X), ar.asarray(data.Y))
+        w_ar = weights if ar.xp is np else weights.map(ar.asarray, bits=weights.bits)
         with ar.session():                          # the forward pass: its rows may run in parallel
-            Z = feature_matrix(data_ar.E, data_ar.X, weights, ar)
+            Z = feature_matrix(data_ar.E, data_ar.X, w_ar, ar)
         with ar.heavy():                            # the rank: LAPACK on every thread
-            return check(ar, Z, weights, data_ar, tol)
+            v = check(ar, Z, w_ar, data_ar, tol)
+    ran = "gpu" if isinstance(ar, gpu.CuPyFloat64) else "cpu"
+    return replace(v, device=ran,
+                   device_reason=where.why if ran == where.name else f"{weights.bits}-bit mpmath runs on the CPU")
 
 
 def float32_error(weights: Weights, data: Dataset) -> dict:
