@@ -80,3 +80,13 @@ def test_the_generic_rank_agrees_with_lapack(strict):
     rank, s = strict.numerical_rank(strict.asarray(A))
     rank64, s64 = FLOAT64.numerical_rank(A)
     assert rank == rank64 and np.allclose(s, s64, rtol=1e-10)
+
+
+def test_shared_context_refinement_runs_on_strict_arrays(strict):
+    # The readout's refinement against the outputs in double words (construct.accurate) on a
+    # device whose arrays refuse NumPy: host copies where NumPy is needed, the correction solved
+    # on the device. At this tolerance float64's rounding is visible (tests/test_accurate.py).
+    data = synthetic("shared", T=32 * 15 + 1, n=16, d=32, seed=0)
+    result = build_in(strict, data, "array-api-strict", **{**options(32, head_dim=16), "tol": 2e-12})
+    assert result.verification.passed and result.verification.outputs == "double words"
+    assert verify(result.weights, data, tol=2e-12).passed
