@@ -128,6 +128,29 @@ def _cmd_verify(args) -> int:
     return 0 if v.passed else 1
 
 
+def _cmd_export(args) -> int:
+    from .data import load_dataset
+    from .export import export
+    from .io import sha256
+    from .model import load_weights
+
+    weights = load_weights(args.weights)
+    beside = Path(args.weights).parent
+    data_file = args.data if args.data is not None else (beside / "data.npz" if (beside / "data.npz").is_file() else None)
+    data = load_dataset(data_file) if data_file is not None else None
+    report = beside / "report.json"
+    info = export(weights, args.format, args.out, dtype=args.dtype, data=data, tol=args.tol,
+                  report_sha256=sha256(report.read_bytes()) if report.is_file() else None)
+    print(f"wrote        {info['path']} ({info['format']}, {info['dtype']})")
+    if data is None:
+        print("checked      not evaluated (no dataset: give --data)")
+    else:
+        print(f"checked      on {data_file} in the target library: max |f - y| = {info['max_abs_error']:.3e} "
+              f"(allowed {info['allowed']:.1e}): "
+              + ("every label holds" if info["labels_hold"] else "the labels do NOT all hold at this dtype"))
+    return 0
+
+
 def _cmd_certify(args) -> int:
     from .certify import MAX_CERTIFICATE_BYTES, METHOD_DESCRIPTIONS, check_certificate, certify, read_certificate
     from .data import load_dataset
@@ -277,6 +300,18 @@ def _parser() -> argparse.ArgumentParser:
                    help="float64 enclosures (fast, any size), mpmath intervals (tight, small problems), or "
                         "auto: float64 first, intervals when a claim is unproven and the problem fits")
     c.set_defaults(run=_cmd_certify)
+
+    e = sub.add_parser("export", help="write the weights for PyTorch, safetensors or ONNX",
+                       description="Write the weights for another framework and, with a dataset (--data, or "
+                                   "data.npz beside the weights), evaluate the written file in its target library.")
+    e.add_argument("weights", type=Path)
+    e.add_argument("--format", choices=("torch", "safetensors", "onnx"), required=True)
+    e.add_argument("--out", type=Path, required=True, help="the file to write")
+    e.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    e.add_argument("--data", type=Path, help="dataset to evaluate the export on (default: data.npz beside the weights)")
+    e.add_argument("--tol", type=float, help="tolerance of the labels check, relative as verify's "
+                                             "(default 1e-8 for float64, 1e-4 for float32)")
+    e.set_defaults(run=_cmd_export)
 
     t = sub.add_parser("teach", help="run the construction on a tiny dataset and narrate every step")
     t.add_argument("--heads", type=_positive, default=3, help="H (default 3)")

@@ -1,0 +1,195 @@
+"""Exports of the weights for other frameworks: PyTorch, safetensors, ONNX.
+
+- ``torch``: the state dict of :class:`construct.torch_model.MemorizingAttention` saved with
+  ``torch.save`` (tensors only: ``torch.load(path, weights_only=True)`` reads it); extra ``[torch]``.
+- ``safetensors``: the five matrices under their names (``W_K``, ``W_Q``, ``W_V``, ``W_O``,
+  ``W_D``) and string metadata ``format``, ``version``, ``H``, ``d``, ``d_h``, ``d_v``, ``d_o``,
+  ``skip`` (``"true"``/``"false"``), ``bits`` (of the weights exported), ``dtype`` and, when
+  given, ``report_sha256``; any framework's safetensors loader reads it; extra ``[safetensors]``.
+- ``onnx``: a graph of standard operators (opset :data:`OPSET`: MatMul, Reshape, Transpose,
+  Softmax, Add) with inputs ``E`` (B, n, d) and ``x`` (B, d) and output ``f`` (B, d_o), the weights as
+  initializers; it runs in onnxruntime; extra ``[onnx]``.
+
+``dtype`` is ``float64`` (the weights' own values; high-precision weights are rounded to float64)
+or ``float32``. With a dataset, :func:`export` evaluates the exported model (in the target
+library) on it and reports the max error and whether every label holds at the tolerance.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InputError
+from .model import Weights, checked_weights
+
+FORMATS = ("torch", "safetensors", "onnx")
+DTYPES = ("float64", "float32")
+OPSET = 17
+FORMAT_NAME = "mha-construct weights"
+FORMAT_VERSION = "1"
+_NAMES = ("W_K", "W_Q", "W_V", "W_O", "W_D")
+
+
+def export_bytes(weights: Weights, fmt: str, dtype: str = "float64", report_sha256: str | None = None) -> bytes:
+    """The exported file's bytes."""
+    if fmt not in FORMATS:
+        raise InputError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}", what="invalid option")
+    if dtype not in DTYPES:
+        raise InputError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}", what="invalid option")
+    w = checked_weights(weights)
+    arrays = {name: np.ascontiguousarray(w.arrays()[name], dtype=dtype) for name in _NAMES}
+    if fmt == "safetensors":
+        from safetensors.numpy import save
+        return save(arrays, metadata=_metadata(w, dtype, report_sha256))
+    if fmt == "onnx":
+        return onnx_model(w, dtype).SerializeToString()
+    import torch
+    from .torch_model import to_torch
+    buffer = io.BytesIO()
+    torch.save(to_torch(w, dtype=getattr(torch, dtype)).state_dict(), buffer)
+    return buffer.getvalue()
+
+
+def _metadata(w: Weights, dtype: str, report_sha256: str | None) -> dict[str, str]:
+    meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "H": str(w.H), "d": str(w.d), "d_h": str(w.d_h),
+            "d_v": str(w.d_v), "d_o": str(w.d_o), "skip": "true" if w.skip else "false",
+            "bits": str(w.bits or 53), "dtype": dtype}
+    if report_sha256:
+        meta["report_sha256"] = report_sha256
+    return meta
+
+
+def read_safetensors(path: str | os.PathLike) -> Weights:
+    """:class:`Weights` (float64) from a safetensors file written by :func:`export_bytes`."""
+    from safetensors import safe_open
+    with safe_open(str(path), framework="numpy") as f:
+        meta = f.metadata() or {}
+        if meta.get("format") != FORMAT_NAME:
+            raise InputError(f"{path}: not an {FORMAT_NAME} safetensors file (metadata format = "
+                             f"{meta.get('format')!r})", what="invalid weights")
+        arrays = {name: f.get_tensor(name).astype(np.float64) for name in _NAMES}
+    return checked_weights(Weights(**arrays, skip=meta.get("skip") == "true"))
+
+
+def onnx_model(weights: Weights, dtype: str = "float64"):
+    """The model as an ``onnx.ModelProto`` (checked with ``onnx.checker``)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = checked_weights(weights)
+    H, d, d_h, d_v, d_o = w.H, w.d, w.d_h, w.d_v, w.d_o
+    elem = TensorProto.DOUBLE if dtype == "float64" else TensorProto.FLOAT
+    a = w.arrays()
+
+    def init(name, value):
+        return numpy_helper.from_array(np.ascontiguousarray(value, dtype=dtype), name)
+
+    def shape(name, dims):
+        return numpy_helper.from_array(np.asarray(dims, dtype=np.int64), name)
+
+    inits = [
+        init("Wq", a["W_Q"].transpose(1, 0, 2).reshape(d, H * d_h)),     # x Wq → (B, H·d_h)
+        init("Wk", a["W_K"].transpose(1, 0, 2).reshape(d, H * d_h)),     # E Wk → (B, n, H·d_h)
+        init("Wv", a["W_V"].transpose(1, 0, 2).reshape(d, H * d_v)),     # E Wv → (B, n, H·d_v)
+        init("Wo", a["W_O"]), init("Wd", a["W_D"]),
+        shape("q_shape", [0, H, d_h, 1]), shape("kv_k_shape", [0, 0, H, d_h]), shape("kv_v_shape", [0, 0, H, d_v]),
+        shape("z_shape", [0, H * d_v]),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "Wq"], ["q_flat"]),
+        helper.make_node("Reshape", ["q_flat", "q_shape"], ["q"]),                      # (B, H, d_h, 1)
+        helper.make_node("MatMul", ["E", "Wk"], ["k_flat"]),
+        helper.make_node("Reshape", ["k_flat", "kv_k_shape"], ["k_bnhk"]),
+        helper.make_node("Transpose", ["k_bnhk"], ["k"], perm=[0, 2, 1, 3]),          # (B, H, n, d_h)
+        helper.make_node("MatMul", ["k", "q"], ["logits"]),                             # (B, H, n, 1)
+        helper.make_node("Softmax", ["logits"], ["s"], axis=2),
+        helper.make_node("MatMul", ["E", "Wv"], ["v_flat"]),
+        helper.make_node("Reshape", ["v_flat", "kv_v_shape"], ["v_bnhv"]),
+        helper.make_node("Transpose", ["v_bnhv"], ["v_t"], perm=[0, 2, 3, 1]),        # (B, H, d_v, n)
+        helper.make_node("MatMul", ["v_t", "s"], ["z"]),                                # (B, H, d_v, 1)
+        helper.make_node("Reshape", ["z", "z_shape"], ["z_flat"]),                      # (B, H·d_v)
+        helper.make_node("MatMul", ["z_flat", "Wo"], ["o"]),                            # (B, d)
+    ]
+    if w.skip:
+        nodes.append(helper.make_node("Add", ["o", "x"], ["o_skip"]))
+    nodes.append(helper.make_node("MatMul", ["o_skip" if w.skip else "o", "Wd"], ["f"]))
+    graph = helper.make_graph(
+        nodes, "mha_construct",
+        [helper.make_tensor_value_info("E", elem, ["B", "n", d]), helper.make_tensor_value_info("x", elem, ["B", d])],
+        [helper.make_tensor_value_info("f", elem, ["B", d_o])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="mha-construct")
+    model.ir_version = min(model.ir_version, 9)        # what current onnxruntime releases accept
+    onnx.checker.check_model(model)
+    return model
+
+
+def evaluate(path: str | os.PathLike, fmt: str, E: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """The exported file's outputs on ``(E, X)`` computed by the target library (float64 result)."""
+    path = Path(path)
+    if fmt == "onnx":
+        import onnxruntime as ort
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        dtype = np.float64 if session.get_inputs()[0].type == "tensor(double)" else np.float32
+        return session.run(["f"], {"E": E.astype(dtype), "x": X.astype(dtype)})[0].astype(np.float64)
+    import torch
+    from .torch_model import load_state_dict, to_torch
+    if fmt == "torch":
+        module = load_state_dict(torch.load(path, weights_only=True))
+    else:
+        from safetensors.numpy import load_file
+        dtype = next(iter(load_file(str(path)).values())).dtype
+        module = to_torch(read_safetensors(path), dtype=torch.float64 if dtype == np.float64 else torch.float32)
+    t = module.W_K.dtype
+    with torch.no_grad():
+        return module(torch.tensor(E, dtype=t), torch.tensor(X, dtype=t)).to(torch.float64).numpy()
+
+
+def export(weights: Weights, fmt: str, out: str | os.PathLike, *, dtype: str = "float64", data=None,
+           tol: float | None = None, report_sha256: str | None = None) -> dict:
+    """Write ``weights`` to ``out`` in format ``fmt`` (atomically) and, with ``data``, evaluate
+    the file in its target library.
+
+    Returns:
+        ``{"format", "dtype", "path"}`` and, with data, ``"max_abs_error"``, ``"allowed"``
+        (``tol · max(1, max|Y|)``; by default ``tol`` is verify's 1e-8 for float64 and its
+        float32 tolerance, 1e-4, for float32) and ``"labels_hold"``.
+
+    Raises:
+        InputError: an unknown format or dtype, or the format's library is not installed.
+    """
+    from .io import write_atomic
+    from .limits import tolerance
+    from .verify import DEFAULT_TOL, FLOAT32_TOL
+    tol = tolerance((DEFAULT_TOL if dtype == "float64" else FLOAT32_TOL) if tol is None else tol)
+    needs = {"torch": ("torch", "torch"), "safetensors": ("safetensors", "safetensors"), "onnx": ("onnx", "onnx")}
+    module, extra = needs.get(fmt, (None, None))
+    missing = [m for m in ([module] if module else []) + (["onnxruntime"] if fmt == "onnx" and data is not None else [])
+               if not _importable(m)]
+    if missing:
+        raise InputError(f"the {fmt} format needs {', '.join(missing)}: pip install 'mha-construct[{extra}]'",
+                         what="missing library")
+    payload = export_bytes(weights, fmt, dtype, report_sha256)
+    write_atomic(out, payload)
+    info: dict = {"format": fmt, "dtype": dtype, "path": str(out)}
+    if data is not None:
+        if fmt == "safetensors" and not _importable("torch"):
+            from safetensors.numpy import load_file
+            from .model import forward
+            loaded = load_file(str(out))
+            w = Weights(**{n: loaded[n].astype(np.float64) for n in _NAMES}, skip=checked_weights(weights).skip)
+            f = forward(data.E.astype(dtype).astype(np.float64), data.X.astype(dtype).astype(np.float64), w)
+        else:
+            f = evaluate(out, fmt, data.E, data.X)
+        err = float(np.abs(f - data.Y).max()) if np.all(np.isfinite(f)) else float("inf")
+        allowed = tol * max(1.0, float(np.abs(data.Y).max()))
+        info.update(max_abs_error=err, allowed=allowed, labels_hold=bool(err <= allowed))
+    return info
+
+
+def _importable(name: str) -> bool:
+    import importlib.util
+    return importlib.util.find_spec(name) is not None

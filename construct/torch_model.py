@@ -1,0 +1,104 @@
+"""The model as a PyTorch module (the ``[torch]`` extra): certified weights inside a user's code.
+
+:class:`MemorizingAttention` computes exactly this project's model, batched::
+
+    s_h = softmax(E W_K[h] W_Q[h]^T x)        (scale 1: any 1/sqrt(d_h) is inside W_K)
+    f   = W_D^T (W_O^T [W_V[h]^T E^T s_h]_h  (+ x with the skip connection))
+
+through ``torch.nn.functional.scaled_dot_product_attention`` with an explicit ``scale=1.0``: the
+query is ``x W_Q[h]`` (one position), the keys ``E W_K[h]``, the values ``E W_V[h]``.
+``torch.nn.MultiheadAttention`` cannot hold these weights (it ties ``d_h = d/H``, uses one width
+for keys and values, a fixed ``1/sqrt(d_h)`` scale and biases).
+
+The paper authors' ``CustomAttention`` (github.com/smahdavi4/attention-memorization) computes
+``softmax(Q K^T / sqrt(d))`` over a sequence whose token 0 is the query, with a mask that keeps
+token 0 out of the keys. Their ``Wq, Wk, Wv`` (H, d, ·) and ``Wo`` (H·d_v, d) map to ours as
+``Wq = W_Q``, ``Wk = sqrt(d) · W_K``, ``Wv = W_V``, ``Wo = W_O``, with their input
+``[x; E]`` (n + 1 tokens) and the output read at token 0; ``W_D`` is their decoder's weight
+transposed, with a zero bias (:func:`to_authors`). Multiplying by ``sqrt(d)`` rounds, so their
+model reproduces ours to float64's rounding, not bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .model import Weights, checked_weights
+
+_NAMES = ("W_K", "W_Q", "W_V", "W_O", "W_D")
+
+
+class MemorizingAttention(nn.Module):
+    """One layer of multi-head attention with per-head ``W_Q``, ``W_K`` (H, d, d_h), ``W_V``
+    (H, d, d_v), ``W_O`` (H·d_v, d), ``W_D`` (d, d_o) and a skip flag (a buffer, so it travels
+    in the state dict)."""
+
+    def __init__(self, H: int, d: int, d_h: int, d_v: int, d_o: int, skip: bool = False,
+                 dtype: torch.dtype = torch.float64):
+        super().__init__()
+        self.W_K = nn.Parameter(torch.zeros(H, d, d_h, dtype=dtype))
+        self.W_Q = nn.Parameter(torch.zeros(H, d, d_h, dtype=dtype))
+        self.W_V = nn.Parameter(torch.zeros(H, d, d_v, dtype=dtype))
+        self.W_O = nn.Parameter(torch.zeros(H * d_v, d, dtype=dtype))
+        self.W_D = nn.Parameter(torch.zeros(d, d_o, dtype=dtype))
+        self.register_buffer("skip", torch.tensor(bool(skip)))
+
+    @property
+    def heads(self) -> int:
+        return self.W_K.shape[0]
+
+    def forward(self, E: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``E`` (B, n, d) contexts and ``x`` (B, d) queries → (B, d_o); unbatched (n, d), (d,) → (d_o,)."""
+        single = x.dim() == 1
+        if single:
+            E, x = E[None], x[None]
+        q = torch.einsum("bd,hdk->bhk", x, self.W_Q)[:, :, None, :]          # (B, H, 1, d_h)
+        k = torch.einsum("bnd,hdk->bhnk", E, self.W_K)                        # (B, H, n, d_h)
+        v = torch.einsum("bnd,hdv->bhnv", E, self.W_V)                        # (B, H, n, d_v)
+        heads = F.scaled_dot_product_attention(q, k, v, scale=1.0)[:, :, 0, :]  # (B, H, d_v)
+        o = heads.reshape(heads.shape[0], -1) @ self.W_O                      # (B, d)
+        if bool(self.skip):
+            o = o + x
+        out = o @ self.W_D
+        return out[0] if single else out
+
+
+def to_torch(weights: Weights, dtype: torch.dtype = torch.float64) -> MemorizingAttention:
+    """The module holding ``weights`` (float64 values; high-precision weights are rounded to them)."""
+    w = checked_weights(weights)
+    module = MemorizingAttention(w.H, w.d, w.d_h, w.d_v, w.d_o, w.skip, dtype=dtype)
+    with torch.no_grad():
+        for name in _NAMES:
+            getattr(module, name).copy_(torch.tensor(np.asarray(w.arrays()[name], dtype=np.float64)))
+    return module
+
+
+def from_torch(module: MemorizingAttention) -> Weights:
+    """The module's weights as float64 :class:`~construct.model.Weights` (checked)."""
+    arrays = {name: getattr(module, name).detach().cpu().to(torch.float64).numpy().copy() for name in _NAMES}
+    return checked_weights(Weights(**arrays, skip=bool(module.skip)))
+
+
+def load_state_dict(state: dict) -> MemorizingAttention:
+    """A module from a state dict (``torch.load(path, weights_only=True)``), shapes read from it."""
+    H, d, d_h = state["W_K"].shape
+    d_v, d_o = state["W_V"].shape[2], state["W_D"].shape[1]
+    module = MemorizingAttention(H, d, d_h, d_v, d_o, bool(state["skip"]), dtype=state["W_K"].dtype)
+    module.load_state_dict(state)
+    return module
+
+
+def to_authors(weights: Weights) -> dict[str, np.ndarray]:
+    """The authors' ``CustomAttention`` parameters for ``weights`` (module docstring), float64:
+    ``Wq``, ``Wk``, ``Wv``, ``Wo``, and their decoder's ``weight`` (d_o, d) and ``bias``."""
+    w = checked_weights(weights)
+    if w.skip:
+        raise ValueError("the authors' model has no skip connection")
+    a = w.arrays()
+    return {"Wq": a["W_Q"], "Wk": a["W_K"] * math.sqrt(w.d), "Wv": a["W_V"], "Wo": a["W_O"],
+            "decoder.weight": a["W_D"].T.copy(), "decoder.bias": np.zeros(w.d_o)}

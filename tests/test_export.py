@@ -1,0 +1,204 @@
+"""Exports (issue #15): PyTorch module, safetensors, ONNX; each loaded by its own library."""
+
+import math
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from construct import build, synthetic
+from construct.cli import main
+from construct.export import FORMATS, export, export_bytes, onnx_model, read_safetensors
+from construct.model import Weights, forward
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("safetensors")
+pytest.importorskip("onnxruntime")
+
+from construct.torch_model import from_torch, load_state_dict, to_authors, to_torch  # noqa: E402
+
+PROBLEMS = {"independent": dict(kind="independent", H=4, n=6, d=10, d_o=1, skip=False),
+            "shared+skip, d_o = 2": dict(kind="shared", H=4, n=6, d=10, d_o=2, skip=True)}
+
+
+@pytest.fixture(scope="module", params=list(PROBLEMS))
+def built(request):
+    p = PROBLEMS[request.param]
+    data = synthetic(p["kind"], T=p["H"] * (p["n"] - 1) + 1, n=p["n"], d=p["d"], d_o=p["d_o"], seed=3)
+    return build(data, p["H"], skip=p["skip"], value_dim=p["d_o"] + 1).weights, data
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_each_format_reproduces_the_labels_in_its_own_library(built, fmt, tmp_path):
+    weights, data = built
+    info = export(weights, fmt, tmp_path / f"w.{fmt}", data=data)
+    assert info["dtype"] == "float64" and info["max_abs_error"] <= 1e-10 and info["labels_hold"]
+
+
+# Loading sides that import only the target library and NumPy: no construct.
+LOADERS = {
+    "onnx": """
+        import onnxruntime as ort
+        s = ort.InferenceSession(PATH, providers=["CPUExecutionProvider"])
+        f = s.run(["f"], {"E": E, "x": X})[0]
+    """,
+    "safetensors": """
+        from safetensors.numpy import load_file
+        from safetensors import safe_open
+        w = load_file(PATH)
+        with safe_open(PATH, framework="numpy") as fh:
+            skip = fh.metadata()["skip"] == "true"
+        logits = np.einsum("tnd,hdk,thk->thn", E, w["W_K"], np.einsum("td,hdk->thk", X, w["W_Q"]))
+        s = np.exp(logits - logits.max(axis=2, keepdims=True)); s /= s.sum(axis=2, keepdims=True)
+        z = np.einsum("thn,tnd->thd", s, E)
+        v = np.einsum("thd,hdv->thv", z, w["W_V"]).reshape(len(X), -1)
+        o = v @ w["W_O"] + (X if skip else 0)
+        f = o @ w["W_D"]
+    """,
+    "torch": """
+        import torch
+        st = torch.load(PATH, weights_only=True)
+        Et, Xt = torch.from_numpy(E), torch.from_numpy(X)
+        q = torch.einsum("bd,hdk->bhk", Xt, st["W_Q"])[:, :, None]
+        k = torch.einsum("bnd,hdk->bhnk", Et, st["W_K"])
+        v = torch.einsum("bnd,hdv->bhnv", Et, st["W_V"])
+        z = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=1.0)[:, :, 0].reshape(len(X), -1)
+        o = z @ st["W_O"] + (Xt if bool(st["skip"]) else 0)
+        f = (o @ st["W_D"]).numpy()
+    """,
+}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_loading_side_needs_no_construct(built, fmt, tmp_path):
+    weights, data = built
+    path = tmp_path / f"w.{fmt}"
+    path.write_bytes(export_bytes(weights, fmt))
+    np.savez(tmp_path / "d.npz", E=data.E, X=data.X, Y=data.Y)
+    script = "import sys, numpy as np\n" + textwrap.dedent(f"""
+        PATH = {str(path)!r}
+        d = np.load({str(tmp_path / 'd.npz')!r}); E, X, Y = d["E"], d["X"], d["Y"]
+    """) + textwrap.dedent(LOADERS[fmt]) + textwrap.dedent("""
+        assert not any(m == "construct" or m.startswith("construct.") for m in sys.modules)
+        print(float(np.abs(f - Y).max()))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout) <= 1e-10
+
+
+def test_to_torch_and_back_is_exact_and_a_saved_state_dict_loads(built, tmp_path):
+    weights, data = built
+    module = to_torch(weights)
+    back = from_torch(module)
+    for name in ("W_K", "W_Q", "W_V", "W_O", "W_D"):
+        assert np.array_equal(getattr(back, name), getattr(weights, name))
+    assert back.skip == weights.skip
+    torch.save(module.state_dict(), tmp_path / "sd.pt")
+    again = load_state_dict(torch.load(tmp_path / "sd.pt", weights_only=True))
+    with torch.no_grad():
+        f = again(torch.from_numpy(data.E.copy()), torch.from_numpy(data.X.copy())).numpy()
+        single = again(torch.from_numpy(data.E[0].copy()), torch.from_numpy(data.X[0].copy())).numpy()
+    assert np.abs(f - data.Y).max() <= 1e-10 and np.abs(single - data.Y[0]).max() <= 1e-10
+
+
+def test_safetensors_metadata_and_round_trip(built, tmp_path):
+    from safetensors import safe_open
+    weights, _ = built
+    path = tmp_path / "w.safetensors"
+    path.write_bytes(export_bytes(weights, "safetensors", report_sha256="ab" * 32))
+    with safe_open(str(path), framework="numpy") as f:
+        meta = f.metadata()
+    assert meta == {"format": "mha-construct weights", "version": "1", "H": str(weights.H), "d": str(weights.d),
+                    "d_h": str(weights.d_h), "d_v": str(weights.d_v), "d_o": str(weights.d_o),
+                    "skip": "true" if weights.skip else "false", "bits": "53", "dtype": "float64",
+                    "report_sha256": "ab" * 32}
+    back = read_safetensors(path)
+    assert all(np.array_equal(getattr(back, m), getattr(weights, m)) for m in ("W_K", "W_Q", "W_V", "W_O", "W_D"))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_float32_exports_state_their_error(built, fmt, tmp_path):
+    weights, data = built
+    info = export(weights, fmt, tmp_path / f"w32.{fmt}", dtype="float32", data=data)
+    assert info["dtype"] == "float32" and info["allowed"] == 1e-4 * max(1.0, float(np.abs(data.Y).max()))
+    assert 1e-9 < info["max_abs_error"] < 1e-2           # float32's rounding, not float64's
+    assert info["labels_hold"] == (info["max_abs_error"] <= info["allowed"])
+
+
+def test_the_authors_parametrization_computes_the_same_model(built):
+    # Their CustomAttention: sequence [x; E], Q = seq Wq, K = seq Wk, V = seq Wv, softmax(QK^T/sqrt(d))
+    # with token 0 masked out of the keys, output at token 0, then Wo and the decoder.
+    weights, data = built
+    if weights.skip:
+        with pytest.raises(ValueError):
+            to_authors(weights)
+        return
+    a = to_authors(weights)
+    seq = np.concatenate([data.X[:, None, :], data.E], axis=1)                          # (T, n+1, d)
+    Q = np.einsum("tnd,hdk->thnk", seq, a["Wq"])
+    K = np.einsum("tnd,hdk->thnk", seq, a["Wk"])
+    V = np.einsum("tnd,hdv->thnv", seq, a["Wv"])
+    logits = np.einsum("thk,thmk->thm", Q[:, :, 0], K) / math.sqrt(data.d)
+    logits[:, :, 0] = -np.inf
+    s = np.exp(logits - logits.max(axis=2, keepdims=True))
+    s /= s.sum(axis=2, keepdims=True)
+    heads = np.einsum("thm,thmv->thv", s, V).reshape(data.T, -1)
+    f = heads @ a["Wo"] @ a["decoder.weight"].T + a["decoder.bias"]
+    assert np.abs(f - data.Y).max() <= 1e-10
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 4), st.integers(1, 5), st.integers(1, 6), st.booleans(),
+       st.integers(1, 3))
+def test_the_module_is_the_model_for_any_weights(seed, H, n, d, skip, d_o):
+    rng = np.random.default_rng(seed)
+    d_h, d_v = rng.integers(1, 5), max(d_o, int(rng.integers(1, 5)))
+    w = Weights(rng.standard_normal((H, d, d_h)), rng.standard_normal((H, d, d_h)), rng.standard_normal((H, d, d_v)),
+                rng.standard_normal((H * d_v, d)), rng.standard_normal((d, d_o)), skip=skip and d_o <= d)
+    E, X = rng.standard_normal((7, n, d)), rng.standard_normal((7, d))
+    with torch.no_grad():
+        f = to_torch(w)(torch.from_numpy(E), torch.from_numpy(X)).numpy()
+    assert np.allclose(f, forward(E, X, w), rtol=1e-12, atol=1e-12)
+    import onnxruntime as ort
+    session = ort.InferenceSession(onnx_model(w).SerializeToString(), providers=["CPUExecutionProvider"])
+    assert np.allclose(session.run(["f"], {"E": E, "x": X})[0], forward(E, X, w), rtol=1e-12, atol=1e-12)
+
+
+def test_cli_export_states_dtype_and_error(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["build", "--synthetic", "independent", "--heads", "2", "--context", "3", "--dim", "5",
+                 "--out", str(run), "--quiet"]) == 0
+    assert main(["export", str(run / "weights.npz"), "--format", "onnx", "--out", str(tmp_path / "m.onnx")]) == 0
+    out = capsys.readouterr().out
+    assert "(onnx, float64)" in out and "every label holds" in out
+    report_sha = __import__("hashlib").sha256((run / "report.json").read_bytes()).hexdigest()
+    assert main(["export", str(run / "weights.npz"), "--format", "safetensors", "--out",
+                 str(tmp_path / "m.safetensors")]) == 0
+    from safetensors import safe_open
+    with safe_open(str(tmp_path / "m.safetensors"), framework="numpy") as f:
+        assert f.metadata()["report_sha256"] == report_sha
+
+
+def test_cli_export_without_the_library_exits_2_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    import construct.export as ex
+    run = tmp_path / "run"
+    assert main(["build", "--synthetic", "independent", "--heads", "2", "--context", "3", "--dim", "5",
+                 "--out", str(run), "--quiet"]) == 0
+    monkeypatch.setattr(ex, "_importable", lambda name: name != "onnx")
+    code = main(["export", str(run / "weights.npz"), "--format", "onnx", "--out", str(tmp_path / "m.onnx")])
+    err = capsys.readouterr().err
+    assert code == 2 and "pip install 'mha-construct[onnx]'" in err and "Traceback" not in err
+    assert not (tmp_path / "m.onnx").exists()
+
+
+def test_an_unknown_format_is_refused():
+    from construct import InputError
+    w = Weights(np.ones((1, 2, 2)), np.ones((1, 2, 2)), np.ones((1, 2, 1)), np.ones((1, 2)), np.ones((2, 1)))
+    with pytest.raises(InputError, match="format must be one of torch, safetensors, onnx"):
+        export_bytes(w, "keras")
+    with pytest.raises(InputError, match="dtype must be one of float64, float32"):
+        export_bytes(w, "onnx", "float16")
