@@ -1,0 +1,133 @@
+"""The gradient-descent baseline: the same model trained on the same data (the ``[torch]`` extra).
+
+The recipe follows the paper authors' training code (github.com/smahdavi4/attention-memorization):
+Adam at ``lr = 1e-3``; a linear warm-up over the first 5% of the steps from 1% of ``lr``, then
+cosine decay to 0; Xavier-uniform initialization of each head's ``W_Q``, ``W_K``, ``W_V`` and of
+``W_O`` (and of ``W_D``, their decoder having its own init and a bias we do not have); their
+logits are divided by ``sqrt(d)``, so our ``W_K`` starts at their Xavier draw divided by
+``sqrt(d)``. Here the batch is the whole dataset, the arithmetic float64 and the loss the mean
+squared error (our labels are real vectors).
+
+:func:`gradient_descent` records, for each target error, the step and the wall time at which
+``max_t |f − y|`` first fell to it: the numbers ``benchmarks/bench_vs_gd.py`` compares with the
+construction's build time.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .data import Dataset, checked
+from .limits import integer
+from .model import Weights
+
+
+@dataclass
+class Descent:
+    """What a run of gradient descent reached.
+
+    Attributes:
+        weights: the final weights.
+        best_error: the smallest ``max |f − y|`` seen (on the weights before each step, and after the last).
+            ``weights`` may be non-finite when the run diverged.
+        steps: steps taken; ``seconds`` their wall time.
+        reached: target → ``(step, seconds)`` when ``max |f − y| ≤ target`` first held, or None.
+    """
+
+    weights: Weights
+    best_error: float
+    steps: int
+    seconds: float
+    reached: dict[float, tuple[int, float] | None] = field(default_factory=dict)
+
+
+def gradient_descent(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: int | None = None,
+                     skip: bool = False, steps: int = 5000, lr: float = 1e-3, optimizer: str = "adam",
+                     seed: int = 0, init: Weights | None = None, targets: tuple[float, ...] = (1e-3,),
+                     time_limit: float | None = None) -> Descent:
+    """Train the model on ``data`` (full batch, float64) and say when each target error was reached.
+
+    Args:
+        init: start from these weights instead of the random initialization (e.g. the
+            construction's, to check that they sit at a minimum of the loss).
+        optimizer: ``"adam"`` (the paper's recipe, with its schedule) or ``"sgd"`` (plain gradient
+            descent at ``lr``, no schedule).
+        time_limit: stop after this many seconds.
+    """
+    import torch
+
+    from .torch_model import MemorizingAttention, to_torch
+
+    data = checked(data)
+    H, steps = integer(heads, "heads"), integer(steps, "steps")
+    d, d_o = data.d, data.d_o
+    d_h = data.n if head_dim is None else integer(head_dim, "head_dim")
+    d_v = d_o if value_dim is None else integer(value_dim, "value_dim")
+    if optimizer not in ("adam", "sgd"):
+        raise ValueError(f"optimizer must be adam or sgd, got {optimizer!r}")
+    if init is not None:
+        model = to_torch(init)
+    else:
+        generator = torch.Generator().manual_seed(seed)
+        model = MemorizingAttention(H, d, d_h, d_v, d_o, skip)
+        with torch.no_grad():
+            for name in ("W_Q", "W_K", "W_V"):
+                for h in range(H):
+                    _xavier(getattr(model, name)[h], generator)
+            model.W_K.div_(math.sqrt(d))
+            _xavier(model.W_O, generator)
+            _xavier(model.W_D, generator)
+    E, X, Y = (torch.from_numpy(np.array(a)) for a in (data.E, data.X, data.Y))
+    if optimizer == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=lr)
+        warm = max(1, steps // 20)
+        schedule = torch.optim.lr_scheduler.SequentialLR(opt, [
+            torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.01, end_factor=1.0, total_iters=warm),
+            torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, steps - warm))], milestones=[warm])
+    else:
+        opt, schedule = torch.optim.SGD(model.parameters(), lr=lr), None
+    reached: dict[float, tuple[int, float] | None] = {t: None for t in targets}
+    best = math.inf
+    start = time.perf_counter()
+    step = 0
+
+    def note(err: float, at: int) -> None:
+        nonlocal best
+        best = min(best, err)
+        for t in targets:
+            if reached[t] is None and err <= t:
+                reached[t] = (at, time.perf_counter() - start)
+
+    for step in range(steps):
+        out = model(E, X)
+        gap = out - Y
+        note(float(gap.detach().abs().max()), step)
+        if all(r is not None for r in reached.values()) and init is None:
+            break
+        if time_limit is not None and time.perf_counter() - start > time_limit:
+            break
+        loss = (gap * gap).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if schedule is not None:
+            schedule.step()
+    else:
+        step = steps
+        with torch.no_grad():
+            note(float((model(E, X) - Y).abs().max()), steps)
+    arrays = {name: getattr(model, name).detach().numpy().copy() for name in ("W_K", "W_Q", "W_V", "W_O", "W_D")}
+    # Not checked: a run that diverged returns its non-finite weights (and best_error says so).
+    return Descent(weights=Weights(**arrays, skip=bool(model.skip)), best_error=best, steps=step, seconds=time.perf_counter() - start,
+                   reached=reached)
+
+
+def _xavier(tensor, generator) -> None:
+    """Xavier-uniform in place for a 2-D tensor (fan-in rows, fan-out columns), from ``generator``."""
+    fan_in, fan_out = tensor.shape
+    bound = math.sqrt(6.0 / (fan_in + fan_out))
+    tensor.uniform_(-bound, bound, generator=generator)

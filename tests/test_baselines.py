@@ -1,0 +1,52 @@
+"""The gradient-descent baseline (issue #15)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from construct import build, synthetic, verify
+
+torch = pytest.importorskip("torch")
+
+from construct.baselines import gradient_descent  # noqa: E402
+from construct.torch_model import to_torch  # noqa: E402
+
+
+def test_gradient_descent_lowers_the_error_and_reports_when_targets_are_reached():
+    data = synthetic("independent", T=16 * 7 + 1, n=8, d=16, seed=0)
+    first = gradient_descent(data, 16, steps=1)
+    run = gradient_descent(data, 16, steps=1500, targets=(1e-1, 1e-30))
+    assert run.best_error < first.best_error / 10
+    step, seconds = run.reached[1e-1]
+    assert 0 < step <= run.steps and 0 < seconds <= run.seconds
+    assert run.reached[1e-30] is None                      # never reached: said, not invented
+    assert verify(run.weights, data).max_abs_error == pytest.approx(
+        float(np.abs(to_torch(run.weights)(torch.from_numpy(data.E.copy()),
+                                           torch.from_numpy(data.X.copy())).detach().numpy() - data.Y).max()),
+        rel=1e-6, abs=1e-12)
+
+
+def test_the_initialization_is_the_authors_xavier_with_their_key_scale():
+    data = synthetic("independent", T=8 * 7 + 1, n=8, d=16, seed=0)
+    w = gradient_descent(data, 8, steps=1, lr=1e-300).weights       # one step of ~0: the initial draw
+    d, d_h = 16, 8
+    bound = math.sqrt(6 / (d + d_h))
+    assert np.abs(w.W_Q).max() <= bound and np.abs(w.W_Q).max() > 0.8 * bound
+    assert np.abs(w.W_K).max() <= bound / math.sqrt(d) * (1 + 1e-12)
+    assert np.abs(w.W_K).max() > 0.8 * bound / math.sqrt(d)
+    same = gradient_descent(data, 8, steps=1, lr=1e-300).weights
+    assert np.array_equal(w.W_V, same.W_V)                           # the seed fixes the draw
+
+
+def test_the_constructed_weights_are_a_minimum_of_the_loss():
+    # Plain gradient descent from the construction stays at zero error: the gradient vanishes there.
+    data = synthetic("independent", T=8 * 7 + 1, n=8, d=16, seed=1)
+    constructed = build(data, 8).weights
+    model = to_torch(constructed)
+    E, X, Y = (torch.from_numpy(a.copy()) for a in (data.E, data.X, data.Y))
+    loss = ((model(E, X) - Y) ** 2).mean()
+    loss.backward()
+    assert max(float(p.grad.abs().max()) for p in model.parameters()) <= 1e-12
+    after = gradient_descent(data, 8, init=constructed, optimizer="sgd", lr=1e-3, steps=100)
+    assert verify(after.weights, data).max_abs_error <= 1e-13
