@@ -4,7 +4,8 @@
   ``torch.save`` (tensors only: ``torch.load(path, weights_only=True)`` reads it); extra ``[torch]``.
 - ``safetensors``: the five matrices under their names (``W_K``, ``W_Q``, ``W_V``, ``W_O``,
   ``W_D``) and string metadata ``format``, ``version``, ``H``, ``d``, ``d_h``, ``d_v``, ``d_o``,
-  ``skip`` (``"true"``/``"false"``), ``bits`` (of the weights exported), ``dtype`` and, when
+  ``skip`` (``"true"``/``"false"``), ``bits`` (the precision the weights were built at: 53 for
+  float64; the arrays hold their nearest ``dtype`` values), ``dtype`` and, when
   given, ``report_sha256``; any framework's safetensors loader reads it; extra ``[safetensors]``.
 - ``onnx``: a graph of standard operators (opset :data:`OPSET`: MatMul, Reshape, Transpose,
   Softmax, Add) with inputs ``E`` (B, n, d) and ``x`` (B, d) and output ``f`` (B, d_o), the weights as

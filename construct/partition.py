@@ -14,7 +14,6 @@ import numpy as np
 from .errors import InputError
 from .arith import EPS, FLOAT64, numerical_rank, rank_tol
 
-_MAX_REPORTED = 20
 
 
 def group_ranges(T: int, k: int) -> list[range]:
@@ -54,6 +53,10 @@ def span_distances(X_S: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return dist, 2 * (m + 1) * d * EPS * scale
 
 
+# How many violations the error lists before it counts the rest.
+_SHOWN = 5
+
+
 def partition(X: np.ndarray, k: int) -> list[range]:
     """Partition the examples with queries ``X`` (T, d) into groups satisfying §4.2's condition.
 
@@ -61,8 +64,8 @@ def partition(X: np.ndarray, k: int) -> list[range]:
         The groups as consecutive ranges of example indices.
 
     Raises:
-        InputError: every violation, naming the examples and groups involved (duplicate or
-            linearly dependent queries, typically).
+        InputError: a summary line, the first :data:`_SHOWN` violations (the examples and groups
+            involved), how many there are, and what would build instead (:func:`_remedies`).
     """
     T = X.shape[0]
     groups = group_ranges(T, k)
@@ -78,13 +81,35 @@ def partition(X: np.ndarray, k: int) -> list[range]:
         if h == 1:
             continue
         resid, tol = span_distances(X_S, X[:G.start])
-        inside = np.flatnonzero(resid <= tol)
-        for t in inside[:_MAX_REPORTED]:
+        for t in np.flatnonzero(resid <= tol):
             problems.append(f"X: the query of example {int(t)} lies in the span of the queries of group G_{h} "
-                            f"(examples {G.start}..{G.stop - 1}), distance {resid[t]:.3g}; duplicate or "
-                            "dependent queries break Lemma 3's separation")
-        if len(inside) > _MAX_REPORTED:
-            problems.append(f"X: … and {len(inside) - _MAX_REPORTED} more earlier queries inside span of G_{h}")
+                            f"(examples {G.start}..{G.stop - 1}), distance {resid[t]:.3g}")
     if problems:
-        raise InputError(problems, what="the examples cannot be partitioned for the construction (MATH.md §4.2)")
+        shown = problems[:_SHOWN] + ([f"… and {len(problems) - _SHOWN} more like these"]
+                                     if len(problems) > _SHOWN else [])
+        raise InputError(shown + _remedies(X, k),
+                         what=f"the queries do not meet A1 (any {k} of them linearly independent): "
+                              f"{len(problems)} violation(s) found while splitting the examples into head "
+                              "groups (MATH.md §4.2)")
     return groups
+
+
+def _remedies(X: np.ndarray, k: int) -> list[str]:
+    """What would build instead: lines for the error."""
+    _, first, counts = np.unique(X, axis=0, return_index=True, return_counts=True)
+    repeated = int(np.sum(counts[counts > 1]))
+    lines = []
+    if repeated:
+        t = int(np.flatnonzero((X == X[first[np.argmax(counts)]]).all(axis=1))[0])
+        twin = int(np.flatnonzero((X == X[t]).all(axis=1))[1])
+        lines.append(f"what would build: {repeated} examples share their query with another (e.g. examples {t} "
+                     f"and {twin}); equal queries can never be told apart by attention on the query alone. "
+                     "Proposition 4: a first attention layer that adds to every token the mean of its context "
+                     "makes them distinct when the shifted queries x + mean(E) have Kruskal rank ≥ n (A3, "
+                     "which `assumptions` reports); build on the shifted data (E + mean(E), x + mean(E))")
+    else:
+        r = numerical_rank(X.T)[0]
+        lines.append(f"what would build: if the queries' Kruskal rank r is below {k} (rank X = {r} bounds it), "
+                     "a head dimension d_h = r (Remark 1: --head-dim r) builds H(r − 1) + 1 examples; "
+                     "or shift the queries by their contexts' means (Proposition 4, A3 in `assumptions`)")
+    return lines

@@ -1,0 +1,62 @@
+"""Errors that say what would build (issue #16, item 3): Remark 1 and Proposition 4."""
+
+import numpy as np
+import pytest
+
+from construct import InputError, as_dataset, build
+from construct.cli import main
+
+
+def _token_sequences(T=40, n=8, d=16, vocabulary=50, seed=0):
+    """Contexts of distinct tokens from a shared vocabulary, the query being the last token: the
+    queries repeat (A1 fails) while the context-shifted queries do not."""
+    rng = np.random.default_rng(seed)
+    V = rng.standard_normal((vocabulary, d))
+    E = V[np.array([rng.choice(vocabulary, n, replace=False) for _ in range(T)])]
+    return as_dataset(E, E[:, -1, :].copy(), rng.standard_normal((T, 1)))
+
+
+def test_repeated_queries_give_a_short_error_that_points_to_proposition_4():
+    data = _token_sequences()
+    with pytest.raises(InputError) as err:
+        build(data, 8)
+    text = str(err.value)
+    assert len(text.splitlines()) <= 8                      # was more than a dozen lines of spans
+    assert "violation(s) found" in text and "more like these" in text
+    assert "share their query with another" in text and "Proposition 4" in text
+    # ... and what it says builds:
+    mean = data.E.mean(axis=1)
+    shifted = as_dataset(data.E + mean[:, None, :], data.X + mean, data.Y)
+    assert build(shifted, 8).verification.passed
+
+
+def test_low_kruskal_rank_queries_are_told_about_remark_1_and_it_builds():
+    # Queries in a 3-dimensional subspace of R^6, in general position there: Kruskal rank 3 < n = 4.
+    rng = np.random.default_rng(1)
+    T, n, d, r = 9, 4, 6, 3
+    X = rng.standard_normal((T, r)) @ rng.standard_normal((r, d))
+    data = as_dataset(rng.standard_normal((T, n, d)), X, rng.standard_normal((T, 1)))
+    with pytest.raises(InputError, match=r"--head-dim r.*H\(r − 1\) \+ 1|rank X = 3"):
+        build(data, 4)
+    result = build(data, 4, head_dim=r)
+    assert result.verification.passed and result.capacity == 4 * (r - 1) + 1
+
+
+def test_the_cli_prints_the_short_error_and_exits_2(tmp_path, capsys):
+    data = _token_sequences()
+    np.savez(tmp_path / "d.npz", E=data.E, X=data.X, Y=data.Y)
+    assert main(["build", str(tmp_path / "d.npz"), "--heads", "8", "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) <= 9 and "Proposition 4" in err
+
+
+def test_assumptions_exits_1_when_a1_fails_unless_only_reporting(tmp_path, capsys):
+    data = _token_sequences()
+    np.savez(tmp_path / "d.npz", E=data.E, X=data.X, Y=data.Y)
+    assert main(["assumptions", str(tmp_path / "d.npz"), "--trials", "200"]) == 1
+    out = capsys.readouterr().out
+    assert "A1" in out and "FAILS" in out
+    assert main(["assumptions", str(tmp_path / "d.npz"), "--trials", "200", "--report-only"]) == 0
+    good = as_dataset(*(np.random.default_rng(2).standard_normal(s) for s in ((9, 4, 6), (9, 6), (9, 1))))
+    np.savez(tmp_path / "g.npz", E=good.E, X=good.X, Y=good.Y)
+    assert main(["assumptions", str(tmp_path / "g.npz"), "--trials", "200"]) == 0
