@@ -58,7 +58,24 @@ def _build_into(args, out) -> dict:
     started = time.perf_counter()
     synthetic_only = {"--context": args.context, "--dim": args.dim, "--examples": args.examples,
                       "--out-dim": args.out_dim, "--positional": args.positional or None}
-    if args.data is not None:
+    if args.dataset is not None:
+        from . import datasets
+        problems = [f"{flag} cannot be given with --dataset" for flag, given in
+                    (("a data file", args.data), ("--synthetic", args.synthetic), ("--context", args.context),
+                     ("--dim", args.dim), ("--out-dim", args.out_dim), ("--positional", args.positional or None))
+                    if given is not None]
+        if problems:
+            raise InputError(problems, what="invalid arguments")
+        options = {} if args.examples is None else {"count": args.examples}
+        if args.dataset == "tokens":
+            options["seed"] = args.seed
+        data = datasets.load(args.dataset, **options)
+        heads = args.heads or heads_needed(data.T, min(data.n, args.head_dim or data.n)) or 1
+        source = {"source": f"dataset {args.dataset}", "dataset": {"name": args.dataset, "T": data.T,
+                                                                   "classes": list(data.classes or ())}}
+        if not args.quiet:
+            print(datasets.describe(data))
+    elif args.data is not None:
         problems = []
         if args.synthetic is not None:
             problems.append("give a data file or --synthetic, not both")
@@ -266,6 +283,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--force", action="store_true",
                    help="replace the --out folder even if it holds other files (they are removed)")
     b.add_argument("--synthetic", choices=SYNTHETIC_KINDS, help="build a synthetic problem")
+    b.add_argument("--dataset", choices=("digits", "tokens"),
+                   help="build a built-in dataset: digits (scikit-learn's 8x8 images as 4 patch tokens, the [data] "
+                        "extra; --examples images, default 301) or tokens (token sequences, query = last token)")
     b.add_argument("--context", type=_positive, help="synthetic: context size n (default 8)")
     b.add_argument("--dim", type=_positive, help="synthetic: token dimension d (default 16)")
     b.add_argument("--examples", type=_positive, help="synthetic: T (default: the capacity H(k-1)+1)")

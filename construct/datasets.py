@@ -1,0 +1,106 @@
+"""Real and realistic datasets, offline (``mha-construct build --dataset NAME``).
+
+- :func:`digits`: the 8×8 handwritten digits that scikit-learn ships (the ``[data]`` extra), as
+  ViT-style patch tokens: each image cut into ``(8/p)²`` patches of ``p × p`` pixels (pixel values
+  divided by 16), one token per patch, with the sinusoidal positional encoding added by default;
+  the query is the mean token (``query="mean"``) or one fixed CLS token for every image
+  (``query="cls"``: the queries are then all equal and A1 fails); the label is the digit.
+- :func:`tokens`: sequences of distinct tokens from a vocabulary with embeddings (Gaussian, or an
+  array you give), the query being the sequence's last token (``"last"``) or a fixed CLS token
+  (``"cls"``); labels are random classes. With a vocabulary much smaller than the number of
+  sequences the queries repeat, so A1 fails while A3 (the queries shifted by their context's
+  mean) holds: the case of Proposition 4.
+- :func:`from_arrays`: your own contexts, queries and integer labels (classes remapped to
+  ``0..C−1`` in sorted order; :attr:`Dataset.classes` keeps the original ids).
+
+:func:`describe` reports A1, A2, A3 and general position for any of them
+(:func:`construct.assumptions.check_assumptions`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .data import Dataset, as_dataset, sinusoidal_encoding
+from .errors import InputError
+from .limits import integer
+
+NAMES = ("digits", "tokens")
+
+
+def digits(count: int = 301, *, patch: int = 4, positional: bool = True, query: str = "mean") -> Dataset:
+    """The first ``count`` of scikit-learn's 1,797 digits as patch tokens (module docstring).
+
+    Raises:
+        InputError: scikit-learn is not installed, ``count`` is out of range, ``patch`` does not
+            divide 8, or an unknown ``query``.
+    """
+    count, patch = integer(count, "count"), integer(patch, "patch")
+    if 8 % patch or patch == 8:
+        raise InputError(f"patch must divide 8 and be smaller than 8 (1, 2 or 4), got {patch}", what="invalid option")
+    if query not in ("mean", "cls"):
+        raise InputError(f"query must be mean or cls, got {query!r}", what="invalid option")
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:
+        raise InputError("the digits dataset needs scikit-learn: pip install 'mha-construct[data]'",
+                         what="missing library") from None
+    images, labels = load_digits(return_X_y=True)
+    if count > len(images):
+        raise InputError(f"count must be at most {len(images)} (the digits there are), got {count}", what="invalid option")
+    g = 8 // patch
+    img = images[:count].reshape(count, g, patch, g, patch) / 16.0
+    E = img.transpose(0, 1, 3, 2, 4).reshape(count, g * g, patch * patch)          # row-major patches
+    if positional:
+        E = E + sinusoidal_encoding(g * g, patch * patch)
+    X = E.mean(axis=1) if query == "mean" else np.broadcast_to(_cls(patch * patch), (count, patch * patch)).copy()
+    return as_dataset(E, X, labels=labels[:count].astype(np.int64))
+
+
+def tokens(count: int = 200, *, n: int = 8, d: int = 16, vocabulary: int = 64, classes: int = 4,
+           query: str = "last", embeddings=None, seed: int = 0) -> Dataset:
+    """``count`` sequences of ``n`` distinct tokens (module docstring); ``embeddings`` (V, d)
+    replaces the Gaussian vocabulary (then ``vocabulary`` and ``d`` are its shape)."""
+    count, n, classes, seed = (integer(v, name, lo) for name, v, lo in
+                               (("count", count, 1), ("n", n, 1), ("classes", classes, 1), ("seed", seed, 0)))
+    if query not in ("last", "cls"):
+        raise InputError(f"query must be last or cls, got {query!r}", what="invalid option")
+    rng = np.random.default_rng(seed)
+    if embeddings is None:
+        vocabulary, d = integer(vocabulary, "vocabulary"), integer(d, "d")
+        V = rng.standard_normal((vocabulary, d))
+    else:
+        V = np.asarray(embeddings, dtype=np.float64)
+        if V.ndim != 2:
+            raise InputError(f"embeddings must be (vocabulary, d), got shape {V.shape}", what="invalid option")
+        vocabulary, d = V.shape
+    if n > vocabulary:
+        raise InputError(f"n = {n} distinct tokens need a vocabulary of at least n, got {vocabulary}",
+                         what="invalid option")
+    E = V[np.array([rng.choice(vocabulary, n, replace=False) for _ in range(count)])]
+    X = E[:, -1, :].copy() if query == "last" else np.broadcast_to(_cls(d), (count, d)).copy()
+    return as_dataset(E, X, labels=rng.integers(0, classes, count))
+
+
+def from_arrays(E, X, labels) -> Dataset:
+    """Your contexts (T, n, d), queries (T, d) and integer labels (T,), one-hot over the classes present."""
+    return as_dataset(E, X, labels=labels)
+
+
+def load(name: str, **options) -> Dataset:
+    """The dataset ``name`` (:data:`NAMES`) with its options."""
+    if name not in NAMES:
+        raise InputError(f"unknown dataset {name!r}; choose one of {', '.join(NAMES)}", what="invalid option")
+    return digits(**options) if name == "digits" else tokens(**options)
+
+
+def describe(data: Dataset, trials: int = 2000, seed: int = 0) -> str:
+    """A1, A2, A3 and general position, as ``mha-construct assumptions`` prints them."""
+    from .assumptions import assumptions_text, check_assumptions
+    return assumptions_text(check_assumptions(data, trials=trials, seed=seed))
+
+
+def _cls(d: int) -> np.ndarray:
+    """The fixed CLS token: a deterministic unit vector with no zero entry."""
+    v = np.cos(np.arange(1, d + 1) * 1.2345)
+    return v / np.linalg.norm(v)
