@@ -243,6 +243,35 @@ def _cmd_assumptions(args) -> int:
     return 0 if args.report_only or (rep.a1.holds and rep.a2) else 1
 
 
+def _cmd_capacity(args) -> int:
+    from .sweeps import plot, sweep, to_csv, to_json
+    from .io import write_atomic
+
+    print(f"{'kind':<12} {'H':>4} {'n':>4} {'d':>4} {'d_h':>4} {'bound':>6} {'certified':>9} {'generic rank':>14} "
+          f"{'s':>6}")
+
+    def show(r: dict) -> None:
+        print(f"{r['kind']:<12} {r['H']:>4} {r['n']:>4} {r['d']:>4} {r['d_h']:>4} {r['bound']:>6} {r['certified']:>9} "
+              f"{r['generic_rank']:>5} of {r['generic_T']:<5} {r['seconds']:>6.2f}", flush=True)
+
+    rows = []
+    for kind in args.kind:
+        rows += sweep(args.vary, args.values, kind=kind, H=args.heads, n=args.context, d=args.dim,
+                      d_h=args.head_dim, seed=args.seed, progress=show)
+    if args.csv:
+        write_atomic(args.csv, to_csv(rows).encode())
+        print(f"wrote        {args.csv}")
+    if args.json:
+        write_atomic(args.json, to_json(rows).encode())
+        print(f"wrote        {args.json}")
+    for path in args.plot or []:
+        for kind in args.kind:
+            target = path if len(args.kind) == 1 else path.with_name(f"{path.stem}-{kind}{path.suffix}")
+            plot([r for r in rows if r["kind"] == kind], args.vary, target)
+            print(f"wrote        {target}")
+    return 0
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -332,6 +361,23 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--tol", type=float, help="tolerance of the labels check, relative as verify's "
                                              "(default 1e-8 for float64, 1e-4 for float32)")
     e.set_defaults(run=_cmd_export)
+
+    k = sub.add_parser("capacity", help="sweep H, n or d_h: bound, certified examples, generic rank of Z",
+                       description="For each value: Theorem 1's bound H(k-1)+1, the examples the construction "
+                                   "builds and certifies there, and rank Z for random weights (which exceeds the "
+                                   "bound on independent contexts, and cannot on shared ones).")
+    k.add_argument("--vary", choices=("H", "n", "d_h"), required=True)
+    k.add_argument("--values", type=_positive, nargs="+", required=True)
+    k.add_argument("--kind", choices=("independent", "shared"), nargs="+", default=["independent"])
+    k.add_argument("--heads", type=_positive, default=4, help="H when not varied (default 4)")
+    k.add_argument("--context", type=_positive, default=32, help="n when not varied (default 32)")
+    k.add_argument("--dim", type=_positive, default=64, help="d (default 64)")
+    k.add_argument("--head-dim", type=_positive, help="d_h when not varied (default n)")
+    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--csv", type=Path, help="write the table as CSV")
+    k.add_argument("--json", type=Path, help="write the table as JSON")
+    k.add_argument("--plot", type=Path, nargs="+", help="draw it (.svg or .png; one file per kind; [plot] extra)")
+    k.set_defaults(run=_cmd_capacity)
 
     t = sub.add_parser("teach", help="run the construction on a tiny dataset and narrate every step")
     t.add_argument("--heads", type=_positive, default=3, help="H (default 3)")

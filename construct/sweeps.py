@@ -1,0 +1,123 @@
+"""Capacity sweeps: the paper's Figure 2 axes, by construction (``mha-construct capacity``).
+
+(Not named ``construct.capacity``: that name is Theorem 1's function, and a submodule of that
+name would replace it on the package.)
+
+For each point of a sweep over ``H``, ``n`` or ``d_h`` (one context kind):
+
+- ``bound``: Theorem 1's ``H(k − 1) + 1``, ``k = min(n, d_h)``;
+- ``certified``: the number of examples the construction memorizes *and certifies* (rank and
+  memorization proven by :func:`construct.certify.certify`) at ``T = bound``: the bound itself
+  when both are proven, else 0; one more example is refused (over capacity);
+- ``generic_rank``: ``rank Z`` for random Gaussian weights (``W_K``, ``W_Q`` scaled by
+  ``1/sqrt(d)``) on ``T = min(2·bound, H·d)`` examples of the same kind: what attention with
+  generic weights separates. On shared contexts it stays at or below ``H(n − 1) + 1``
+  (Proposition 2); on independent contexts it can exceed the bound: the paper's open question.
+
+Results are plain rows (:func:`sweep`), written as CSV or JSON, and drawn with matplotlib (the
+``[plot]`` extra) by :func:`plot`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+
+import numpy as np
+
+from .arith import FLOAT64, numerical_rank
+from .errors import InputError
+from .limits import integer
+from .model import Weights, capacity as bound_of, feature_matrix
+
+VARIES = ("H", "n", "d_h")
+FIELDS = ("kind", "H", "n", "d", "d_h", "bound", "certified", "generic_T", "generic_rank", "seconds")
+
+
+def point(kind: str, H: int, n: int, d: int, d_h: int, seed: int = 0) -> dict:
+    """One point of a sweep (module docstring)."""
+    from .build import build
+    from .certify import certify
+    from .data import synthetic
+
+    t0 = time.perf_counter()
+    bound = bound_of(H, n, d_h)
+    data = synthetic(kind, T=bound, n=n, d=d, seed=seed)
+    result = build(data, H, head_dim=d_h, seed=seed)
+    cert = certify(result.weights, data)
+    proven = cert.claims["rank"].get("proven") and cert.claims["memorization"].get("proven")
+    generic_T = min(2 * bound, H * d)
+    probe = synthetic(kind, T=generic_T, n=n, d=d, seed=seed + 1)
+    rng = np.random.default_rng(seed)
+    w = Weights(rng.standard_normal((H, d, d_h)) / np.sqrt(d), rng.standard_normal((H, d, d_h)) / np.sqrt(d),
+                np.zeros((H, d, 1)), np.zeros((H, d)), np.zeros((d, 1)))
+    with FLOAT64.session():
+        Z = feature_matrix(probe.E, probe.X, w, FLOAT64)
+    rank, _ = numerical_rank(Z)
+    return {"kind": kind, "H": H, "n": n, "d": d, "d_h": d_h, "bound": bound, "certified": bound if proven else 0,
+            "generic_T": generic_T, "generic_rank": int(rank), "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def sweep(vary: str, values, *, kind: str = "independent", H: int = 4, n: int = 32, d: int = 64,
+          d_h: int | None = None, seed: int = 0, progress=None) -> list[dict]:
+    """Points with ``vary`` (``"H"``, ``"n"`` or ``"d_h"``) taking each of ``values``, the
+    others fixed (``d_h`` defaults to ``n``)."""
+    if vary not in VARIES:
+        raise InputError(f"vary must be one of {', '.join(VARIES)}, got {vary!r}", what="invalid option")
+    rows = []
+    for v in values:
+        p = {"H": integer(H, "H"), "n": integer(n, "n"), "d_h": d_h}
+        p[vary] = integer(v, vary)
+        p["d_h"] = p["d_h"] or p["n"]
+        rows.append(point(kind, p["H"], p["n"], integer(d, "d"), p["d_h"], seed))
+        if progress is not None:
+            progress(rows[-1])
+    return rows
+
+
+def to_csv(rows: list[dict]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=FIELDS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def to_json(rows: list[dict]) -> str:
+    return json.dumps(rows, indent=2)
+
+
+def plot(rows: list[dict], vary: str, path) -> None:
+    """Draw certified examples, the bound and the generic rank against ``vary`` (SVG or PNG by
+    the file's suffix); needs matplotlib (the ``[plot]`` extra)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise InputError("plots need matplotlib: pip install 'mha-construct[plot]'", what="missing library") from None
+    with matplotlib.rc_context({"svg.fonttype": "none"}):      # SVG text stays text (searchable, accessible)
+        _draw(plt, rows, vary, path)
+
+
+def _draw(plt, rows: list[dict], vary: str, path) -> None:
+    fig, ax = plt.subplots(figsize=(6, 4), constrained_layout=True)
+    x = [r[vary] for r in rows]
+    # The bound as a wide light band under the measured curves, so that it shows where they meet it.
+    ax.plot(x, [r["bound"] for r in rows], "-", color="0.75", lw=8, solid_capstyle="round",
+            label="bound H(k−1)+1", zorder=1)
+    ax.plot(x, [r["certified"] for r in rows], "o-", color="tab:blue", ms=5, label="certified by construction",
+            zorder=2)
+    ax.plot(x, [r["generic_rank"] for r in rows], "s:", color="tab:orange", ms=5, label="rank Z, random weights",
+            zorder=3)
+    r0 = rows[0]
+    fixed = {k: r0[k] for k in ("H", "n", "d", "d_h") if k != vary and not (vary == "n" and k == "d_h")}
+    ax.set_xlabel({"H": "heads H", "n": "context size n (d_h = n)", "d_h": "head dimension d_h"}[vary])
+    ax.set_ylabel("examples memorized / rank of Z")
+    ax.set_title(f"{r0['kind']} contexts, " + ", ".join(f"{k} = {v}" for k, v in fixed.items()))
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.savefig(path)
+    plt.close(fig)
