@@ -62,14 +62,15 @@ class Verification:
 
 
 def check(ar: Arithmetic, Z, weights: Weights, data: Dataset, tol: float = DEFAULT_TOL,
-          reduction=None, outputs=None) -> Verification:
+          reduction=None, outputs=None, detect: bool = True) -> Verification:
     """Verify from a computed feature matrix ``Z`` (T, H·d) in arithmetic ``ar``, with ``data`` in it.
 
     ``reduction``: the row-space factor the construction grew over all of ``Z``, when there is
     one (the rank then comes from its triangular factor); otherwise the arithmetic factors ``Z``.
     ``outputs``: the model's outputs in double words, when the caller has them. Otherwise they
     come from ``Z``, and, for float64 weights on a shared context where a second float64
-    evaluation shows rounding near the tolerance, again in double words.
+    evaluation shows rounding near the tolerance, again in double words (``detect=False``: the
+    caller has already looked, as the build does).
     """
     allowed = tol * max(1.0, float(np.abs(ar.to_host(data.Y)).max()))
     how = ar.name
@@ -77,7 +78,7 @@ def check(ar: Arithmetic, Z, weights: Weights, data: Dataset, tol: float = DEFAU
         if outputs is None:
             out = output_from_features(Z, data.X, weights, ar)
             gaps = ar.to_host(out - data.Y)
-            if weights.bits is None and ar.weights_bits is None:
+            if detect and weights.bits is None and ar.weights_bits is None:
                 outputs = _where_rounding_shows(ar, weights, data, out, allowed)
         if outputs is not None:
             gaps, how = outputs - ar.to_host(data.Y), "double words"
