@@ -244,8 +244,13 @@ def _cmd_assumptions(args) -> int:
 
 
 def _cmd_capacity(args) -> int:
-    from .sweeps import plot, sweep, to_csv, to_json
+    import importlib.util
+
     from .io import write_atomic
+    from .sweeps import plot, sweep, to_csv, to_json
+
+    if args.plot and importlib.util.find_spec("matplotlib") is None:     # before the sweep, not after
+        raise InputError("plots need matplotlib: pip install 'mha-construct[plot]'", what="missing library")
 
     print(f"{'kind':<12} {'H':>4} {'n':>4} {'d':>4} {'d_h':>4} {'bound':>6} {'certified':>9} {'generic rank':>14} "
           f"{'s':>6}")
