@@ -23,7 +23,7 @@ import numpy as np
 
 from .data import Dataset, checked
 from .limits import integer
-from .model import Weights
+from .model import MATRICES, Weights
 
 
 @dataclass
@@ -120,7 +120,7 @@ def gradient_descent(data: Dataset, heads: int, *, head_dim: int | None = None, 
         step = steps
         with torch.no_grad():
             note(float((model(E, X) - Y).abs().max()), steps)
-    arrays = {name: getattr(model, name).detach().numpy().copy() for name in ("W_K", "W_Q", "W_V", "W_O", "W_D")}
+    arrays = {name: getattr(model, name).detach().numpy().copy() for name in MATRICES}
     # Not checked: a run that diverged returns its non-finite weights (and best_error says so).
     return Descent(weights=Weights(**arrays, skip=bool(model.skip)), best_error=best, steps=step, seconds=time.perf_counter() - start,
                    reached=reached)

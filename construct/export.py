@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import InputError
+from .model import MATRICES as _NAMES
 from .model import Weights, checked_weights
 
 FORMATS = ("torch", "safetensors", "onnx")
@@ -32,7 +33,6 @@ DTYPES = ("float64", "float32")
 OPSET = 17
 FORMAT_NAME = "mha-construct weights"
 FORMAT_VERSION = "1"
-_NAMES = ("W_K", "W_Q", "W_V", "W_O", "W_D")
 
 
 def export_bytes(weights: Weights, fmt: str, dtype: str = "float64", report_sha256: str | None = None) -> bytes:

@@ -110,6 +110,8 @@ class Weights:
 _SHAPES = {"W_K": "(H, d, d_h)", "W_Q": "(H, d, d_h)", "W_V": "(H, d, d_v)", "W_O": "(H·d_v, d)",
            "W_D": "(d, d_o)"}
 _MATRICES = tuple(_SHAPES)
+# The five matrices' names, in the file's order: for code that handles the arrays one by one.
+MATRICES = _MATRICES
 
 
 def sealed(W_K, W_Q, W_V, W_O, W_D, skip: bool, bits: int | None) -> Weights:

@@ -28,9 +28,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .model import MATRICES as _NAMES
 from .model import Weights, checked_weights
-
-_NAMES = ("W_K", "W_Q", "W_V", "W_O", "W_D")
 
 
 class MemorizingAttention(nn.Module):

@@ -96,10 +96,6 @@ class CuPyFloat64(Arithmetic):
         free, _ = self._cupy.cuda.Device().mem_info
         return int(free + pool.free_bytes())
 
-    def peak_bytes(self) -> int:
-        """Bytes CuPy's pool holds now (an upper bound on what the arrays use)."""
-        return int(self._cupy.get_default_memory_pool().total_bytes())
-
 
 def require_device_memory(ar: Arithmetic, needed: int, what: str) -> None:
     """Refuse, with the estimate, a job that will not fit in the device's free memory."""
