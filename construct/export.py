@@ -12,8 +12,8 @@
   initializers; it runs in onnxruntime; extra ``[onnx]``.
 
 ``dtype`` is ``float64`` (the weights' own values; high-precision weights are rounded to float64)
-or ``float32``. With a dataset, :func:`export` evaluates the exported model (in the target
-library) on it and reports the max error and whether every label holds at the tolerance.
+or ``float32``. With a dataset, :func:`export` evaluates the written file at its dtype
+(:func:`evaluate`) and reports the max error and whether every label holds at the tolerance.
 """
 
 from __future__ import annotations
@@ -129,21 +129,25 @@ def onnx_model(weights: Weights, dtype: str = "float64"):
 
 
 def evaluate(path: str | os.PathLike, fmt: str, E: np.ndarray, X: np.ndarray) -> np.ndarray:
-    """The exported file's outputs on ``(E, X)`` computed by the target library (float64 result)."""
+    """The exported file's outputs on ``(E, X)`` at the file's dtype (returned as float64): ONNX
+    by onnxruntime, the torch state dict by PyTorch, safetensors read by its NumPy loader and run
+    by this package's forward pass (the format holds arrays, no computation)."""
     path = Path(path)
     if fmt == "onnx":
         import onnxruntime as ort
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         dtype = np.float64 if session.get_inputs()[0].type == "tensor(double)" else np.float32
         return session.run(["f"], {"E": E.astype(dtype), "x": X.astype(dtype)})[0].astype(np.float64)
-    import torch
-    from .torch_model import load_state_dict, to_torch
-    if fmt == "torch":
-        module = load_state_dict(torch.load(path, weights_only=True))
-    else:
+    if fmt == "safetensors":
         from safetensors.numpy import load_file
-        dtype = next(iter(load_file(str(path)).values())).dtype
-        module = to_torch(read_safetensors(path), dtype=torch.float64 if dtype == np.float64 else torch.float32)
+        from .model import forward
+        arrays = load_file(str(path))
+        dtype = arrays["W_K"].dtype
+        w = Weights(**{n: arrays[n] for n in _NAMES}, skip=read_safetensors(path).skip)
+        return forward(E.astype(dtype), X.astype(dtype), w).astype(np.float64)
+    import torch
+    from .torch_model import load_state_dict
+    module = load_state_dict(torch.load(path, weights_only=True))
     t = module.W_K.dtype
     with torch.no_grad():
         return module(torch.tensor(E, dtype=t), torch.tensor(X, dtype=t)).to(torch.float64).numpy()
@@ -166,25 +170,17 @@ def export(weights: Weights, fmt: str, out: str | os.PathLike, *, dtype: str = "
     from .limits import tolerance
     from .verify import DEFAULT_TOL, FLOAT32_TOL
     tol = tolerance((DEFAULT_TOL if dtype == "float64" else FLOAT32_TOL) if tol is None else tol)
-    needs = {"torch": ("torch", "torch"), "safetensors": ("safetensors", "safetensors"), "onnx": ("onnx", "onnx")}
-    module, extra = needs.get(fmt, (None, None))
-    missing = [m for m in ([module] if module else []) + (["onnxruntime"] if fmt == "onnx" and data is not None else [])
-               if not _importable(m)]
+    # Each format's library has its extra of the same name; ONNX files are checked by onnxruntime.
+    needed = ([fmt] if fmt in FORMATS else []) + (["onnxruntime"] if fmt == "onnx" and data is not None else [])
+    missing = [m for m in needed if not _importable(m)]
     if missing:
-        raise InputError(f"the {fmt} format needs {', '.join(missing)}: pip install 'mha-construct[{extra}]'",
+        raise InputError(f"the {fmt} format needs {', '.join(missing)}: pip install 'mha-construct[{fmt}]'",
                          what="missing library")
     payload = export_bytes(weights, fmt, dtype, report_sha256)
     write_atomic(out, payload)
     info: dict = {"format": fmt, "dtype": dtype, "path": str(out)}
     if data is not None:
-        if fmt == "safetensors" and not _importable("torch"):
-            from safetensors.numpy import load_file
-            from .model import forward
-            loaded = load_file(str(out))
-            w = Weights(**{n: loaded[n].astype(np.float64) for n in _NAMES}, skip=checked_weights(weights).skip)
-            f = forward(data.E.astype(dtype).astype(np.float64), data.X.astype(dtype).astype(np.float64), w)
-        else:
-            f = evaluate(out, fmt, data.E, data.X)
+        f = evaluate(out, fmt, data.E, data.X)
         err = float(np.abs(f - data.Y).max()) if np.all(np.isfinite(f)) else float("inf")
         allowed = tol * max(1.0, float(np.abs(data.Y).max()))
         info.update(max_abs_error=err, allowed=allowed, labels_hold=bool(err <= allowed))
