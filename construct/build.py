@@ -25,14 +25,15 @@ from .evidence import BuildResult, HeadEvidence, HeadTrace
 from .first_head import first_head
 from .later_head import later_head
 from .limits import integer, require_memory, tolerance
-from .model import Weights, capacity, feature_matrix, heads_needed, output_from_features, sealed
+from .model import (PRELAYERS, Weights, capacity, feature_matrix, heads_needed, mean_shift, output_from_features,
+                    sealed)
 from .partition import partition
 from .precision import Precision
 from .readout import min_norm_solve, readout_target, readout_weights
 from .saturation import SCALES
 from .unit_scale import build_scaled, scaling_exponents
 from .validate import memory_estimate, validate
-from .verify import DEFAULT_TOL, check
+from .verify import DEFAULT_TOL, check, verify
 from .workspace import Workspace
 
 Progress = Callable[[int, int], None]
@@ -43,7 +44,7 @@ __all__ = ["BuildResult", "HeadEvidence", "HeadTrace", "SCALES", "build", "capac
 def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: int | None = None,
           skip: bool = False, seed: int = 0, tol: float = DEFAULT_TOL, scale: str = "rank",
           precision: str | Precision = "auto", progress: Progress | None = None,
-          trace: bool = False, device: str = "cpu") -> BuildResult:
+          trace: bool = False, device: str = "cpu", prelayer: str = "none") -> BuildResult:
     """Construct weights that memorize ``data`` exactly (Theorem 1; MATH.md §4).
 
     Args:
@@ -71,6 +72,12 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
             ``"gpu"`` (float64 on a CUDA GPU through CuPy; an error if none can be used) or
             ``"auto"`` (the GPU when one can be used, else the CPU). Precisions above float64
             run on the CPU. The result says which ran and why (``device``, ``device_reason``).
+        prelayer: ``"none"`` (default); ``"mean-shift"``: Proposition 4's first layer (uniform
+            attention with skip connection: every token plus its context's mean) runs before the
+            attention layer, which is built on its outputs: for queries that fail A1 while
+            ``x + mean(E)`` meets it (A3), repeated queries for instance; ``"auto"``: that layer
+            only where the queries fail what the construction needs and the shifted ones meet
+            it. The weights and the result name the layer (``prelayer``, ``prelayer_reason``).
 
     Returns:
         :class:`BuildResult` with the weights and the evidence.
@@ -92,6 +99,13 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
     except ValueError as exc:
         raise InputError(str(exc), what="invalid option") from None
     where = gpu.resolve(device)
+    if prelayer not in PRELAYER_OPTIONS:
+        raise InputError(f"prelayer must be one of {', '.join(PRELAYER_OPTIONS)}, got {prelayer!r}",
+                         what="invalid option")
+    layer, layer_why = _prelayer(data, prelayer, min(data.n, d_h))
+    original = data
+    if layer is not None:
+        data = Dataset(*mean_shift(data.E, data.X), data.Y)
     what = f"a build of T = {data.T} examples (n = {data.n}, d = {data.d}) with H = {H} heads"
     require_memory(memory_estimate(data, H, d_h, d_v), what)
     options = dict(heads=H, head_dim=d_h, value_dim=d_v, seed=seed, tol=tol, scale=scale,
@@ -111,8 +125,56 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
 
     exponents = scaling_exponents(data, bool(skip))
     if exponents is not None:
-        return build_scaled(data, exponents, bool(skip), tol, lambda unit: at_each_precision(unit, False))
-    return at_each_precision(data, bool(skip))
+        result = build_scaled(data, exponents, bool(skip), tol, lambda unit: at_each_precision(unit, False))
+    else:
+        result = at_each_precision(data, bool(skip))
+    if layer is None:
+        return result
+    return _with_prelayer(result, original, layer, layer_why, tol)
+
+
+# The pre-layer options of build (construct.model.PRELAYERS are the layers themselves).
+PRELAYER_OPTIONS = ("none", *PRELAYERS, "auto")
+
+
+def _prelayer(data: Dataset, option: str, k: int) -> tuple[str | None, str]:
+    """The pre-layer to build with, and why: the option itself, or under ``auto`` the mean shift
+    exactly when the queries fail the partition's test (A1 as the construction needs it) and the
+    shifted queries pass it; otherwise the first error stands."""
+    if option == "none":
+        return None, ""
+    if option != "auto":
+        return option, "asked for (prelayer = mean-shift)"
+    try:
+        partition(data.X, k)
+        return None, ""
+    except InputError as raw:
+        try:
+            partition(mean_shift(data.E, data.X)[1], k)
+        except InputError:
+            raise raw from None
+    return "mean-shift", ("chosen by auto: the queries fail A1, the queries shifted by their contexts' means "
+                          "meet it (A3), so Proposition 4's layer runs first")
+
+
+def _with_prelayer(result: BuildResult, data: Dataset, layer: str, why: str, tol: float) -> BuildResult:
+    """The result of a build on the pre-layer's outputs, as the two-layer model on ``data``.
+
+    In float64 the build's check already ran on exactly what :func:`construct.verify` feeds the
+    second layer (the same function on the same numbers); at higher precision the pre-layer's
+    outputs are recomputed at the weights' bits, so the model is verified again as a whole.
+    """
+    weights = replace(result.weights, prelayer=layer)
+    verification = result.verification
+    if weights.bits is not None:
+        verification = replace(verify(weights, data, tol), device=result.device, device_reason=result.device_reason)
+        if not verification.passed:
+            raise ConstructionError(
+                f"the two-layer model (pre-layer {layer} at {weights.bits} bits) does not memorize: max |f − y| = "
+                f"{verification.max_abs_error:.3g} (allowed {verification.tol:.3g}), rank Z = "
+                f"{verification.rank_Z} of T = {data.T}")
+    return replace(result, weights=weights, data=data, verification=verification, prelayer=layer,
+                   prelayer_reason=why)
 
 
 def build_in(ar: Arithmetic, data: Dataset, why: str, *, heads: int, head_dim: int, value_dim: int,

@@ -48,7 +48,7 @@ from .data import Dataset, checked
 from .errors import InputError
 from .io import sha256
 from .limits import integer, tolerance
-from .model import Weights, check_compatible, checked_weights, feature_matrix, output_from_features
+from .model import Weights, check_compatible, checked_weights, feature_matrix, layer_inputs, output_from_features
 from .verify import DEFAULT_TOL
 
 FORMAT = "mha-construct certificate"
@@ -173,6 +173,7 @@ def _interval_claims(weights: Weights, data: Dataset, bits: int) -> dict:
     with iv.working():
         w = weights.map(iv.asarray)
         E, X, Y = iv.asarray(data.E), iv.asarray(data.X), iv.asarray(data.Y)
+        E, X = layer_inputs(w, E, X, iv)                        # the pre-layer, if any, on intervals
         Z = feature_matrix(E, X, w, iv)                         # the model's own forward pass and
         out = output_from_features(Z, X, w, iv)                 # readout, on intervals
         error_bound = float(iv.magnitude(out - Y).max())
@@ -298,15 +299,18 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float) -> dict:
     T, n, d = data.E.shape
     H, d_v = weights.H, weights.d_v
     Z = np.empty((T, H * d)) if H * d >= T else None            # the rank needs H·d ≥ T columns
-    absE = np.abs(data.E)
+    inputs = _layer_inputs(weights, data)
+    E_all, E_rad, X_all, X_rad = inputs
+    absE = np.abs(E_all)
 
     def part(lo: int, hi: int):
-        E, X, A = data.E[lo:hi, ...], data.X[lo:hi, ...], absE[lo:hi, ...]
+        E, X, A = E_all[lo:hi, ...], X_all[lo:hi, ...], absE[lo:hi, ...]
+        radii = {} if E_rad is None else {"E_rad": E_rad[lo:hi, ...], "X_rad": X_rad[lo:hi, ...]}
         o, o_rad, o_abs = (np.zeros((hi - lo, d)) for _ in range(3))
         rad_sq = 0.0
         with np.errstate(over="ignore", invalid="ignore"):     # per thread: an overflow leaves a claim unproven
             for h in range(H):
-                z, z_rad = enclose.features(E, X, weights.W_K[h], weights.W_Q[h], A)
+                z, z_rad = enclose.features(E, X, weights.W_K[h], weights.W_Q[h], A, **radii)
                 if Z is not None:
                     Z[lo:hi, h * d:(h + 1) * d] = z
                 rad_sq += float(np.sum(z_rad * z_rad))
@@ -324,17 +328,20 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float) -> dict:
         o_rad = enclose.up(enclose.up(o_rad, H) + enclose.gamma(H) * enclose.up(o_abs, H), 2)
         rad_norm = math.sqrt(float(enclose.up(np.array(sum(q[3] for q in parts)), T * H * d + 2))) * (1 + 4 * enclose.U)
         if weights.skip:
-            o, o_rad = o + data.X, o_rad + enclose.U * np.abs(o + data.X) * 2
+            o, o_rad = o + X_all, o_rad + enclose.U * np.abs(o + X_all) * 2
+            if X_rad is not None:
+                o_rad = enclose.up(o_rad + X_rad, 1)
         out, out_rad = enclose.matmul(o, o_rad, weights.W_D)
         error_bound = float(enclose.up(np.abs(out - data.Y) + out_rad, 2).max())
-        if not error_bound <= allowed and shared_context(data.E):
+        # Double words take exact inputs: not after a pre-layer, whose outputs are only enclosed.
+        if not error_bound <= allowed and E_rad is None and shared_context(data.E):
             with FLOAT64.session():
                 tight = dword.shared_outputs(data.E[0], data.X, weights.W_K, weights.W_Q, weights.W_V,
                                              weights.W_O, weights.W_D, weights.skip, rows=FLOAT64.rows)
             error_bound = min(error_bound, dword.error_bound(tight, data.Y), key=lambda b: (math.isnan(b), b))
         rank = _gram_rank_claim(Z, rad_norm) if Z is not None else {}
         if Z is not None and not rank:      # too ill-conditioned for the Gram matrix (σ_min² below its rounding)
-            rank = _residual_rank_claim(Z, _feature_radius(weights, data, absE), T)
+            rank = _residual_rank_claim(Z, _feature_radius(weights, inputs, absE), T)
         claims = {"memorization": {"max_abs_error_bound": error_bound if math.isfinite(error_bound) else None},
                   "rank": rank}
         labels = _one_hot_classes(data.Y)
@@ -401,12 +408,22 @@ def _residual_rank_claim(Z: np.ndarray, Z_rad: np.ndarray, T: int) -> dict:
     return out
 
 
-def _feature_radius(weights: Weights, data: Dataset, absE: np.ndarray) -> np.ndarray:
+def _layer_inputs(weights: Weights, data: Dataset):
+    """What the attention layer reads, enclosed: ``(E, E_rad, X, X_rad)``, the radii None when
+    the inputs are exact (no pre-layer)."""
+    if weights.prelayer is None:
+        return data.E, None, data.X, None
+    with np.errstate(over="ignore", invalid="ignore"):
+        return enclose.mean_shift(data.E, data.X)
+
+
+def _feature_radius(weights: Weights, inputs, absE: np.ndarray) -> np.ndarray:
     """The radius of the features' enclosure, (T, H·d): the second pass the residual route needs."""
-    d = data.d
-    Z_rad = np.empty((data.T, weights.H * d))
+    E, E_rad, X, X_rad = inputs
+    T, _, d = E.shape
+    Z_rad = np.empty((T, weights.H * d))
     for h in range(weights.H):
-        Z_rad[:, h * d:(h + 1) * d] = enclose.features(data.E, data.X, weights.W_K[h], weights.W_Q[h], absE)[1]
+        Z_rad[:, h * d:(h + 1) * d] = enclose.features(E, X, weights.W_K[h], weights.W_Q[h], absE, E_rad, X_rad)[1]
     return Z_rad
 
 

@@ -106,7 +106,7 @@ def _build_into(args, out) -> dict:
     progress = None if args.quiet else _progress_printer(sys.stderr)
     result = build(data, heads, head_dim=args.head_dim, value_dim=args.value_dim, skip=args.skip,
                    seed=args.seed, tol=args.tol, scale=args.scale, precision=args.precision, progress=progress,
-                   device=args.device)
+                   device=args.device, prelayer=args.prelayer)
     weights_bytes, data_bytes = result.weights.to_bytes(), data.to_bytes()
     report = build_report(result, data_source=source, data_sha256=sha256(data_bytes),
                           weights_sha256=sha256(weights_bytes), total_seconds=time.perf_counter() - started)
@@ -216,7 +216,8 @@ def _cmd_teach(args) -> int:
     from .io import write_atomic
     from .teach import teach
 
-    walk = teach(args.heads, args.context, args.dim, seed=args.seed, shared=args.shared, rational=args.rational)
+    walk = teach(args.heads, args.context, args.dim, seed=args.seed, shared=args.shared, rational=args.rational,
+                 prelayer=args.prelayer)
     if args.format == "html":
         payload = walk.html()
     elif args.format == "markdown":
@@ -285,7 +286,7 @@ def _positive(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .build import SCALES
+    from .build import PRELAYER_OPTIONS, SCALES
     from .certify import METHODS
     from .data import SYNTHETIC_KINDS
     from .verify import DEFAULT_TOL
@@ -304,6 +305,11 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--head-dim", type=_positive, help="d_h (default n)")
     b.add_argument("--value-dim", type=_positive, help="d_v (default d_o)")
     b.add_argument("--skip", action="store_true", help="skip connection: f = W_D^T(x + W_O^T[...]) (App. C)")
+    b.add_argument("--prelayer", choices=PRELAYER_OPTIONS, default="none",
+                   help="a first layer before the attention layer: mean-shift is Proposition 4's (every token "
+                        "plus its context's mean), for queries that fail A1 while x + mean(E) meets it (A3), "
+                        "repeated queries for instance; auto uses it only where it is needed and the shifted "
+                        "queries meet A1; the weights file and the report name it (default none)")
     b.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
     b.add_argument("--precision", default="auto", metavar="{auto,float64,BITS}",
                    help="arithmetic of the construction: auto (float64 unless MATH.md §5 predicts it "
@@ -391,6 +397,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--shared", action="store_true", help="one context for every example (Prop. 2)")
     t.add_argument("--rational", action="store_true", help="exact rational inputs, small matrices shown exactly")
+    t.add_argument("--prelayer", action="store_true",
+                   help="queries that repeat (A1 fails, A3 holds), built through Proposition 4's pre-layer")
     t.add_argument("--format", choices=("text", "markdown", "html"), default="text")
     t.add_argument("--out", type=Path, help="write teach.txt / teach.md / teach.html into this folder")
     t.set_defaults(run=_cmd_teach)

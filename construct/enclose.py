@@ -82,17 +82,23 @@ def matmul(A: np.ndarray, A_rad: np.ndarray | None, B: np.ndarray) -> tuple[np.n
 
 
 def features(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray,
-             absE: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+             absE: np.ndarray | None = None, E_rad: np.ndarray | None = None,
+             X_rad: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Enclosure of one head's exact features ``z^(t) = E^(t)T softmax(E^(t) W_K W_Q^T x^(t))``, (T, d) each.
 
-    ``absE``: ``|E|``, when the caller has it (it is the same for every head).
+    ``absE``: ``|E|``, when the caller has it (it is the same for every head). ``E_rad``,
+    ``X_rad``: when the exact inputs are only enclosed (``|E_exact − E| ≤ E_rad``, the outputs of
+    a pre-layer for instance), their radii; the features are then enclosed for every input within.
     """
     T, n, d = E.shape
-    v, v_rad = matmul(X, None, W_Q)                                   # W_Q^T x
+    v, v_rad = matmul(X, X_rad, W_Q)                                  # W_Q^T x
     w, w_rad = matmul(v, v_rad, W_K.T)                                # W_K W_Q^T x
     absE = np.abs(E) if absE is None else absE
     L = np.einsum("tnd,td->tn", E, w)
-    L_rad = up(gamma(d) * np.einsum("tnd,td->tn", absE, np.abs(w)) + np.einsum("tnd,td->tn", absE, w_rad), d)
+    L_rad = gamma(d) * np.einsum("tnd,td->tn", absE, np.abs(w)) + np.einsum("tnd,td->tn", absE, w_rad)
+    if E_rad is not None:                                             # |ΔE·w_exact| ≤ E_rad (|w| + w_rad)
+        L_rad = L_rad + np.einsum("tnd,td->tn", E_rad, up(np.abs(w) + w_rad, 1))
+    L_rad = up(L_rad, d if E_rad is None else d + 1)
     shifted = L - L.max(axis=1, keepdims=True)                        # one rounding: ≤ u|shifted|
     s_rad = L_rad + U * np.abs(shifted) * (1 + 4 * U)
     # Forming the ends rounds once more (≤ u|end|): widen by 2u|shifted| and 4u·s_rad beyond it.
@@ -106,8 +112,23 @@ def features(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray,
     S_mid = (S_lo + S_hi) / 2
     S_rad = (S_hi - S_lo) / 2 * (1 + 4 * U) + 2 * U * S_mid
     z = np.einsum("tnd,tn->td", E, S_mid)
-    z_rad = up(np.einsum("tnd,tn->td", absE, S_rad) + gamma(n) * np.einsum("tnd,tn->td", absE, S_mid), n)
-    return z, z_rad
+    z_rad = np.einsum("tnd,tn->td", absE, S_rad) + gamma(n) * np.einsum("tnd,tn->td", absE, S_mid)
+    if E_rad is not None:                                             # |ΔE^T s_exact| ≤ E_rad^T (S_mid + S_rad)
+        z_rad = z_rad + np.einsum("tnd,tn->td", E_rad, up(S_mid + S_rad, 1))
+    return z, up(z_rad, n if E_rad is None else n + 1)
+
+
+def mean_shift(E: np.ndarray, X: np.ndarray):
+    """Enclosure of Proposition 4's layer's exact outputs ``(E + 1 m^T, x + m)``, ``m = mean_i e_i``.
+
+    ``m`` is the layer's own head with zero logits (:func:`features` with zero key and query
+    maps, so its softmax's enclosure covers ``1/n``); adding it rounds once more. Returns
+    ``(E', E'_rad, X', X'_rad)``.
+    """
+    zero = np.zeros((X.shape[-1], 1))
+    m, m_rad = features(E, X, zero, zero)
+    E2, X2 = E + m[:, None, :], X + m
+    return E2, up(U * np.abs(E2) + m_rad[:, None, :], 1), X2, up(U * np.abs(X2) + m_rad, 1)
 
 
 def gram_eigenvalue_lower(diagonal: np.ndarray, shift: float, k: int) -> float:

@@ -106,6 +106,8 @@ class BuildResult:
         scale: how the saturation scales were chosen (``"rank"``, ``"saturating"`` or ``"explicit"``).
         precision: the arithmetic the construction ran in, and ``precision_reason`` why.
         device: ``"cpu"`` or ``"gpu"``, where it ran, and ``device_reason`` why.
+        prelayer: None, or the layer that runs before the attention layer (``"mean-shift"``,
+            Proposition 4), and ``prelayer_reason`` why.
         trace: per head, the arrays of its step (empty unless built with ``trace=True``).
     """
 
@@ -123,6 +125,8 @@ class BuildResult:
     precision_reason: str = ""
     device: str = "cpu"
     device_reason: str = ""
+    prelayer: str | None = None
+    prelayer_reason: str = ""
 
     @property
     def max_abs_error(self) -> float:

@@ -6,10 +6,12 @@
   ``W_D``) and string metadata ``format``, ``version``, ``H``, ``d``, ``d_h``, ``d_v``, ``d_o``,
   ``skip`` (``"true"``/``"false"``), ``bits`` (the precision the weights were built at: 53 for
   float64; the arrays hold their nearest ``dtype`` values), ``dtype`` and, when
-  given, ``report_sha256``; any framework's safetensors loader reads it; extra ``[safetensors]``.
+  given, ``report_sha256``; with Proposition 4's pre-layer, ``prelayer`` (``"mean-shift"``) and
+  ``prelayer_version``; any framework's safetensors loader reads it; extra ``[safetensors]``.
 - ``onnx``: a graph of standard operators (opset :data:`OPSET`: MatMul, Reshape, Transpose,
   Softmax, Add) with inputs ``E`` (B, n, d) and ``x`` (B, d) and output ``f`` (B, d_o), the weights as
-  initializers; it runs in onnxruntime; extra ``[onnx]``.
+  initializers (with the pre-layer, a ReduceMean over the context and two Adds first); it runs
+  in onnxruntime; extra ``[onnx]``.
 
 ``dtype`` is ``float64`` (the weights' own values; high-precision weights are rounded to float64)
 or ``float32``. With a dataset, :func:`export` evaluates the written file at its dtype
@@ -26,7 +28,7 @@ import numpy as np
 
 from .errors import InputError
 from .model import MATRICES as _NAMES
-from .model import Weights, checked_weights
+from .model import PRELAYER_VERSION, Weights, as_weights, checked_weights
 
 FORMATS = ("torch", "safetensors", "onnx")
 DTYPES = ("float64", "float32")
@@ -61,6 +63,8 @@ def _metadata(w: Weights, dtype: str, report_sha256: str | None) -> dict[str, st
             "bits": str(w.bits or 53), "dtype": dtype}
     if report_sha256:
         meta["report_sha256"] = report_sha256
+    if w.prelayer is not None:
+        meta.update(prelayer=w.prelayer, prelayer_version=str(PRELAYER_VERSION))
     return meta
 
 
@@ -73,7 +77,11 @@ def read_safetensors(path: str | os.PathLike) -> Weights:
             raise InputError(f"{path}: not an {FORMAT_NAME} safetensors file (metadata format = "
                              f"{meta.get('format')!r})", what="invalid weights")
         arrays = {name: f.get_tensor(name).astype(np.float64) for name in _NAMES}
-    return checked_weights(Weights(**arrays, skip=meta.get("skip") == "true"))
+    prelayer = meta.get("prelayer")
+    if prelayer is not None and meta.get("prelayer_version") != str(PRELAYER_VERSION):
+        raise InputError(f"{path}: prelayer_version {meta.get('prelayer_version')!r} is not "
+                         f"{PRELAYER_VERSION}, the version this release reads", what="invalid weights")
+    return as_weights(**arrays, skip=meta.get("skip") == "true", prelayer=prelayer)
 
 
 def onnx_model(weights: Weights, dtype: str = "float64"):
@@ -100,15 +108,24 @@ def onnx_model(weights: Weights, dtype: str = "float64"):
         shape("q_shape", [0, H, d_h, 1]), shape("kv_k_shape", [0, 0, H, d_h]), shape("kv_v_shape", [0, 0, H, d_v]),
         shape("z_shape", [0, H * d_v]),
     ]
-    nodes = [
-        helper.make_node("MatMul", ["x", "Wq"], ["q_flat"]),
+    nodes = []
+    E_in, x_in = "E", "x"
+    if w.prelayer is not None:                     # Proposition 4's layer: every token plus its context's mean
+        inits.append(shape("m_shape", [0, d]))
+        nodes += [helper.make_node("ReduceMean", ["E"], ["m"], axes=[1], keepdims=1),      # (B, 1, d)
+                  helper.make_node("Add", ["E", "m"], ["E1"]),
+                  helper.make_node("Reshape", ["m", "m_shape"], ["m_flat"]),
+                  helper.make_node("Add", ["x", "m_flat"], ["x1"])]
+        E_in, x_in = "E1", "x1"
+    nodes += [
+        helper.make_node("MatMul", [x_in, "Wq"], ["q_flat"]),
         helper.make_node("Reshape", ["q_flat", "q_shape"], ["q"]),                      # (B, H, d_h, 1)
-        helper.make_node("MatMul", ["E", "Wk"], ["k_flat"]),
+        helper.make_node("MatMul", [E_in, "Wk"], ["k_flat"]),
         helper.make_node("Reshape", ["k_flat", "kv_k_shape"], ["k_bnhk"]),
         helper.make_node("Transpose", ["k_bnhk"], ["k"], perm=[0, 2, 1, 3]),          # (B, H, n, d_h)
         helper.make_node("MatMul", ["k", "q"], ["logits"]),                             # (B, H, n, 1)
         helper.make_node("Softmax", ["logits"], ["s"], axis=2),
-        helper.make_node("MatMul", ["E", "Wv"], ["v_flat"]),
+        helper.make_node("MatMul", [E_in, "Wv"], ["v_flat"]),
         helper.make_node("Reshape", ["v_flat", "kv_v_shape"], ["v_bnhv"]),
         helper.make_node("Transpose", ["v_bnhv"], ["v_t"], perm=[0, 2, 3, 1]),        # (B, H, d_v, n)
         helper.make_node("MatMul", ["v_t", "s"], ["z"]),                                # (B, H, d_v, 1)
@@ -116,7 +133,7 @@ def onnx_model(weights: Weights, dtype: str = "float64"):
         helper.make_node("MatMul", ["z_flat", "Wo"], ["o"]),                            # (B, d)
     ]
     if w.skip:
-        nodes.append(helper.make_node("Add", ["o", "x"], ["o_skip"]))
+        nodes.append(helper.make_node("Add", ["o", x_in], ["o_skip"]))
     nodes.append(helper.make_node("MatMul", ["o_skip" if w.skip else "o", "Wd"], ["f"]))
     graph = helper.make_graph(
         nodes, "mha_construct",
@@ -143,7 +160,8 @@ def evaluate(path: str | os.PathLike, fmt: str, E: np.ndarray, X: np.ndarray) ->
         from .model import forward
         arrays = load_file(str(path))
         dtype = arrays["W_K"].dtype
-        w = Weights(**{n: arrays[n] for n in _NAMES}, skip=read_safetensors(path).skip)
+        meta = read_safetensors(path)
+        w = Weights(**{n: arrays[n] for n in _NAMES}, skip=meta.skip, prelayer=meta.prelayer)
         return forward(E.astype(dtype), X.astype(dtype), w).astype(np.float64)
     import torch
     from .torch_model import load_state_dict

@@ -50,6 +50,8 @@ class Weights:
         skip: whether the output adds the query (App. C).
         bits: None for float64 weights; otherwise the arrays hold mpmath numbers of this many
             bits, and the file keeps them exactly (see :meth:`arrays`).
+        prelayer: None, or ``"mean-shift"``: Proposition 4's first layer runs before this one
+            (:func:`mean_shift`), and these weights act on its outputs.
     """
 
     W_K: np.ndarray
@@ -59,6 +61,7 @@ class Weights:
     W_D: np.ndarray
     skip: bool = False
     bits: int | None = None
+    prelayer: str | None = None
     validated: bool = field(default=False, repr=False, compare=False)
 
     @property
@@ -88,9 +91,13 @@ class Weights:
     def arrays(self) -> dict[str, np.ndarray]:
         """The file's arrays. High-precision weights add, for each matrix, ``<name>_decimal``: the
         exact values as decimal strings (enough digits to round-trip at ``bits``), and ``bits``;
-        the float64 arrays are their nearest float64 values, for tools that read only those."""
+        the float64 arrays are their nearest float64 values, for tools that read only those.
+        With a pre-layer, ``prelayer`` (its name) and ``prelayer_version`` (:data:`PRELAYER_VERSION`)."""
         out = {name: FLOAT64.to_host(getattr(self, name)) for name in _MATRICES}
         out["skip"] = np.asarray(bool(self.skip))
+        if self.prelayer is not None:
+            out["prelayer"] = np.asarray(self.prelayer)
+            out["prelayer_version"] = np.asarray(PRELAYER_VERSION)
         if self.bits is not None:
             for name in _MATRICES:
                 out[f"{name}_decimal"] = decimal_strings(getattr(self, name), self.bits)
@@ -100,7 +107,8 @@ class Weights:
     def map(self, fn, bits: int | None = None) -> Weights:
         """The same model with ``fn`` applied to each matrix: the weights in another arithmetic
         (float32, ``bits``-bit mpmath numbers, intervals)."""
-        return Weights(**{name: fn(getattr(self, name)) for name in _MATRICES}, skip=self.skip, bits=bits)
+        return Weights(**{name: fn(getattr(self, name)) for name in _MATRICES}, skip=self.skip, bits=bits,
+                       prelayer=self.prelayer)
 
     def to_bytes(self) -> bytes:
         """The weights as a reproducible ``.npz`` file's bytes."""
@@ -113,14 +121,19 @@ _MATRICES = tuple(_SHAPES)
 # The five matrices' names, in the file's order: for code that handles the arrays one by one.
 MATRICES = _MATRICES
 
+# The layers that may run before the attention layer (Proposition 4), and the version of their
+# description in the weights file: readers refuse a version they do not know.
+PRELAYERS = ("mean-shift",)
+PRELAYER_VERSION = 1
 
-def sealed(W_K, W_Q, W_V, W_O, W_D, skip: bool, bits: int | None) -> Weights:
+
+def sealed(W_K, W_Q, W_V, W_O, W_D, skip: bool, bits: int | None, prelayer: str | None = None) -> Weights:
     """:class:`Weights` over read-only arrays, marked as validated: for arrays the engine made or
     copied itself (no caller holds a reference that could change them)."""
     arrays = {"W_K": W_K, "W_Q": W_Q, "W_V": W_V, "W_O": W_O, "W_D": W_D}
     for a in arrays.values():
         a.flags.writeable = False
-    return Weights(**arrays, skip=bool(skip), bits=bits, validated=True)
+    return Weights(**arrays, skip=bool(skip), bits=bits, prelayer=prelayer, validated=True)
 
 
 def checked_weights(weights: Weights) -> Weights:
@@ -138,10 +151,10 @@ def checked_weights(weights: Weights) -> Weights:
     if weights.bits is not None:
         raise InputError("high-precision weights come from build or load_weights; they cannot be checked "
                          "when made by hand", what="invalid weights")
-    return as_weights(*arrays, skip=weights.skip)
+    return as_weights(*arrays, skip=weights.skip, prelayer=weights.prelayer)
 
 
-def as_weights(W_K, W_Q, W_V, W_O, W_D, skip=False) -> Weights:
+def as_weights(W_K, W_Q, W_V, W_O, W_D, skip=False, prelayer=None) -> Weights:
     """Validate shapes and values and build :class:`Weights` from read-only copies.
 
     Raises:
@@ -176,9 +189,11 @@ def as_weights(W_K, W_Q, W_V, W_O, W_D, skip=False) -> Weights:
     skip_arr = np.asarray(skip)
     if skip_arr.shape != () or skip_arr.dtype.kind not in "bi":
         problems.append(f"skip: expected a boolean scalar, got {skip_arr.dtype} array of shape {skip_arr.shape}")
+    if prelayer is not None and prelayer not in PRELAYERS:
+        problems.append(f"prelayer: unknown layer {prelayer!r}; known: {', '.join(PRELAYERS)}")
     if problems:
         raise InputError(problems, what="invalid weights")
-    return sealed(**arr, skip=bool(skip_arr), bits=None)
+    return sealed(**arr, skip=bool(skip_arr), bits=None, prelayer=prelayer)
 
 
 def load_weights(path: str | os.PathLike) -> Weights:
@@ -190,15 +205,35 @@ def load_weights(path: str | os.PathLike) -> Weights:
             or a problem of :func:`as_weights`.
     """
     names = ("W_K", "W_Q", "W_V", "W_O", "W_D", "skip")
-    extra = {"bits", *(f"{m}_decimal" for m in _MATRICES)}
+    extra = {"bits", "prelayer", "prelayer_version", *(f"{m}_decimal" for m in _MATRICES)}
     arrays = load_npz(path, what="weights", allowed=lambda k: k in names or k in extra)
     missing = [k for k in names if k not in arrays]
     if missing:
         raise InputError([f"array {k!r} is missing from {str(path)!r}" for k in missing], what="invalid weights")
-    weights = as_weights(*(arrays[k] for k in names))
+    weights = as_weights(*(arrays[k] for k in names), prelayer=_prelayer_of(arrays, path))
     if "bits" not in arrays:
         return weights
     return _exact_weights(arrays, weights, path)
+
+
+def _prelayer_of(arrays: dict, path) -> str | None:
+    """The pre-layer a weights file names (None without one); its version must be one we know."""
+    if "prelayer" not in arrays and "prelayer_version" not in arrays:
+        return None
+    name, version = arrays.get("prelayer"), arrays.get("prelayer_version")
+    problems = []
+    if name is None or name.shape != () or name.dtype.kind != "U":
+        problems.append(f"prelayer: expected one name (a string), got {name!r}")
+    elif str(name) not in PRELAYERS:
+        problems.append(f"prelayer: unknown layer {str(name)!r}; known: {', '.join(PRELAYERS)}")
+    if version is None or version.shape != () or version.dtype.kind not in "iu":
+        problems.append(f"prelayer_version: expected an integer, got {version!r}")
+    elif int(version) != PRELAYER_VERSION:
+        problems.append(f"prelayer_version: {int(version)} is not {PRELAYER_VERSION}, the version this "
+                        "release reads (a newer mha-construct wrote the file?)")
+    if problems:
+        raise InputError([f"{p} in {str(path)!r}" for p in problems], what="invalid weights")
+    return str(name)
 
 
 def _exact_weights(arrays: dict, rounded: Weights, path) -> Weights:
@@ -226,7 +261,7 @@ def _exact_weights(arrays: dict, rounded: Weights, path) -> Weights:
         exact[name] = values
     if problems:
         raise InputError(problems, what="invalid high-precision weights")
-    return sealed(**exact, skip=rounded.skip, bits=bits)
+    return sealed(**exact, skip=rounded.skip, bits=bits, prelayer=rounded.prelayer)
 
 
 def check_compatible(weights: Weights, d: int, d_o: int) -> None:
@@ -299,6 +334,27 @@ def output_from_features(Z, X, weights: Weights, ar: Arithmetic | None = None):
 
 
 def forward(E, X, weights: Weights, ar: Arithmetic | None = None):
-    """The model ``f(E, x; θ)`` for every example, shape (T, d_o)."""
+    """The model ``f(E, x; θ)`` for every example, shape (T, d_o), its pre-layer included."""
     ar = for_bits(weights.bits) if ar is None else ar
+    E, X = layer_inputs(weights, E, X, ar)
     return output_from_features(feature_matrix(E, X, weights, ar), X, weights, ar)
+
+
+def mean_shift(E, X, ar: Arithmetic = FLOAT64):
+    """Proposition 4's layer: one head with skip connection, ``W_K W_Q^T = 0`` and identity value
+    and output maps, applied to every token of each example (context tokens and query).
+
+    Its logits are all zero, so its attention is uniform over the context, whatever token asks:
+    each token ``v`` becomes ``v + E^T s`` with ``s = softmax(0) = 1/n``, the context's mean. The
+    head's output is computed once per example (with :func:`head_features`, the layer's own
+    forward pass) and added to every token. Returns the new ``(E, X)``.
+    """
+    with ar.working():
+        zero = X[:1, :].T * 0                                      # (d, 1) zeros of X's own type and dtype
+        mean = head_features(E, X, zero, zero, ar)                # (T, d): E^T softmax(0)
+        return E + mean[:, None, :], X + mean
+
+
+def layer_inputs(weights: Weights, E, X, ar: Arithmetic = FLOAT64):
+    """What the attention layer reads: ``(E, X)`` after the weights' pre-layer, if they have one."""
+    return (E, X) if weights.prelayer is None else mean_shift(E, X, ar)

@@ -106,10 +106,11 @@ def _remedies(X: np.ndarray, k: int) -> list[str]:
                      f"and {twin}); equal queries can never be told apart by attention on the query alone. "
                      "Proposition 4: a first attention layer that adds to every token the mean of its context "
                      "makes them distinct when the shifted queries x + mean(E) have Kruskal rank ≥ n (A3, "
-                     "which `assumptions` reports); build on the shifted data (E + mean(E), x + mean(E))")
+                     "which `assumptions` reports): build with --prelayer mean-shift (or auto)")
     else:
         r = numerical_rank(X.T)[0]
         lines.append(f"what would build: if the queries' Kruskal rank r is below {k} (rank X = {r} bounds it), "
                      "a head dimension d_h = r (Remark 1: --head-dim r) builds H(r − 1) + 1 examples; "
-                     "or shift the queries by their contexts' means (Proposition 4, A3 in `assumptions`)")
+                     "or shift the queries by their contexts' means: --prelayer mean-shift (Proposition 4, "
+                     "when A3 holds in `assumptions`)")
     return lines

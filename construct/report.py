@@ -27,6 +27,7 @@ def evidence_dict(result: BuildResult) -> dict:
         "parameters": param_count(w.H, w.d, w.d_h, w.d_v, w.d_o),
         "heads_used": len(result.heads), "scale": result.scale,
         "device": {"name": result.device, "why": result.device_reason},
+        "prelayer": {"name": result.prelayer, "why": result.prelayer_reason},
         "precision": {"arithmetic": result.precision, "bits": result.weights.bits or 53,
                       "why": result.precision_reason, "rounding_ratio": rounding_ratio(result)},
         "verification": result.verification.to_dict(),
@@ -59,6 +60,8 @@ def summary_text(rep: dict) -> str:
         f"capacity     H(k-1)+1 = {rep['capacity']} with k = {rep['k']}; {rep['heads_used']} head(s) used",
         f"precision    {rep['precision']['arithmetic']}: {rep['precision']['why']}",
         *([f"device       {rep['device']['name']}: {rep['device']['why']}"] if "device" in rep else []),
+        *([f"pre-layer    {rep['prelayer']['name']}: {rep['prelayer']['why']}"]
+          if rep.get("prelayer", {}).get("name") else []),
         f"rank Z       {v['rank_Z']} of T = {v['T']}   sigma_min(Z) = {v['sigma_min_Z']:.3e}, "
         f"sigma_max(Z) = {v['sigma_max_Z']:.3e}",
     ]

@@ -24,7 +24,7 @@ from .build import BuildResult, build, capacity
 from .data import Dataset, as_dataset, synthetic
 from .errors import InputError
 from .arith import numerical_rank
-from .model import feature_matrix, head_attention
+from .model import feature_matrix, head_attention, mean_shift
 
 _MATRIX_LIMIT = 12          # larger matrices are summarized, not printed
 
@@ -226,8 +226,24 @@ def singular_value_figure(s: np.ndarray) -> str:
 
 # --- the walkthrough -------------------------------------------------------------------------------
 
+def repeated_queries(heads: int = 3, context: int = 3, dim: int = 4, *, seed: int = 0) -> Dataset:
+    """A dataset at capacity whose queries repeat (the query is the context's last token, drawn
+    from a vocabulary of ``context + 1`` tokens), so A1 fails, while the queries shifted by their
+    contexts' means are independent (A3): the case of Proposition 4. Draws are repeated (seed,
+    seed+1, …) until A1 fails and A3 holds."""
+    from .datasets import tokens
+    T = capacity(heads, context, context)
+    for attempt in range(100):
+        data = tokens(T, n=context, d=dim, vocabulary=context + 1, classes=min(2, dim), seed=seed + attempt)
+        shifted = data.X + data.E.mean(axis=1)
+        if (kruskal_rank(data.X) or 0) < min(context, T) <= (kruskal_rank(shifted) or 0):
+            return data
+    raise InputError(["no token dataset with repeated queries meeting A3 found in 100 draws; change the seed "
+                      "or the sizes"], what="teach")
+
+
 def teach(heads: int = 3, context: int = 3, dim: int = 4, *, seed: int = 0, shared: bool = False,
-          rational: bool = False) -> Walkthrough:
+          rational: bool = False, prelayer: bool = False) -> Walkthrough:
     """Run the construction on a tiny dataset and narrate every step with the engine's numbers.
 
     Args:
@@ -235,19 +251,32 @@ def teach(heads: int = 3, context: int = 3, dim: int = 4, *, seed: int = 0, shar
         seed: seed of the data and of the construction.
         shared: one context for every example (Prop. 2's tight case).
         rational: exact rational inputs, shown exactly.
+        prelayer: queries that repeat (A1 fails, A3 holds: :func:`repeated_queries`), built
+            through Proposition 4's pre-layer, which the walkthrough shows first.
 
     Raises:
         InputError: sizes the construction cannot take (``n > d``, …).
     """
-    data = tiny_dataset(heads, context, dim, seed=seed, shared=shared, rational=rational)
+    if prelayer and (shared or rational):
+        raise InputError("the pre-layer walkthrough draws token sequences: it takes neither shared nor "
+                         "rational", what="invalid option")
+    data = (repeated_queries(heads, context, dim, seed=seed) if prelayer else
+            tiny_dataset(heads, context, dim, seed=seed, shared=shared, rational=rational))
     # The saturating scale rule: every later head visibly freezes the earlier examples, as in the
     # proof (the default rule keeps only what the rank needs, often without saturation).
-    result = build(data, heads, seed=seed, trace=True, precision="float64", scale="saturating")
+    result = build(data, heads, seed=seed, trace=True, precision="float64", scale="saturating",
+                   prelayer="mean-shift" if prelayer else "none")
     T, d, k = data.T, data.d, result.k
     W = result.weights
+    raw = data
+    if prelayer:                                  # the attention layer reads the pre-layer's outputs
+        data = Dataset(*mean_shift(data.E, data.X), data.Y)
     Z = feature_matrix(data.E, data.X, W)
     exact = (lambda a: _exact(a)) if rational else None
-    steps = [_assumptions_step(data, result, exact), _partition_step(result)]
+    steps = [_assumptions_step(raw, result, exact)]
+    if prelayer:
+        steps.append(_prelayer_step(raw, data))
+    steps.append(_partition_step(result))
     ranks = []
     for h, (tr, ev) in enumerate(zip(result.trace, result.heads)):
         S = tr.examples
@@ -264,7 +293,8 @@ def teach(heads: int = 3, context: int = 3, dim: int = 4, *, seed: int = 0, shar
             steps.append(_later_head_step(h, data, result, ranks, figure, exact))
     steps.append(_readout_step(data, result, Z, ranks, k))
     shape = f"H = {heads}, n = {context}, d = {dim}, T = {T}" + (", shared context" if shared else "") + \
-        (", rational inputs" if rational else "")
+        (", rational inputs" if rational else "") + (", repeated queries through Proposition 4's pre-layer"
+                                                     if prelayer else "")
     return Walkthrough(steps, result, f"The construction of Theorem 1, step by step ({shape})")
 
 
@@ -282,6 +312,23 @@ def _assumptions_step(data: Dataset, result: BuildResult, exact) -> Step:
         matrices["E^(0) (context of example 0)"] = exact(data.E[0])
     return Step("1. The data and the assumptions", "MATH.md §2 (A1, A2), §4.1", "proofs.theorem1",
                 lines, matrices)
+
+
+def _prelayer_step(raw: Dataset, shifted: Dataset) -> Step:
+    r_raw, r_shift = kruskal_rank(raw.X), kruskal_rank(shifted.X)
+    _, first, counts = np.unique(raw.X, axis=0, return_index=True, return_counts=True)
+    lines = [f"The queries repeat: {int(np.sum(counts[counts > 1]))} of the {raw.T} examples share their query "
+             f"with another; their Kruskal rank is {r_raw}, below n = {raw.n}, so no single attention layer "
+             "can tell those examples apart by their queries.",
+             "Proposition 4: a first layer with one head, zero key and query maps (uniform attention), identity "
+             "value and output maps and a skip connection sends every token v to v + mean_i e_i.",
+             f"After it the queries x + mean(E) have Kruskal rank {r_shift} (A3, so A1 now holds), and every "
+             "context keeps full row rank (Lemma 2 with α = 1): "
+             + ("A2 holds." if a2_violations(shifted.E).size == 0 else "A2 FAILS."),
+             "The construction below builds the second layer on these shifted tokens; the weights file records "
+             "the pre-layer, and verify, certify and export run both layers."]
+    return Step("1b. Proposition 4's pre-layer makes the queries distinct", "Proposition 4, Lemma 2",
+                "proofs.prop4", lines, {"x + mean(E) (the second layer's queries)": shifted.X})
 
 
 def _partition_step(result: BuildResult) -> Step:

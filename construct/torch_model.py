@@ -7,7 +7,10 @@
 
 through ``torch.nn.functional.scaled_dot_product_attention`` with an explicit ``scale=1.0``: the
 query is ``x W_Q[h]`` (one position), the keys ``E W_K[h]``, the values ``E W_V[h]``.
-``torch.nn.MultiheadAttention`` cannot hold these weights (it ties ``d_h = d/H``, uses one width
+With Proposition 4's pre-layer (weights built with ``prelayer="mean-shift"``; the boolean buffer
+``mean_shift``), every token of ``E`` and ``x`` first gets its context's mean added: that layer's
+uniform attention (``softmax`` of zero logits) over the context, with identity value and output
+maps and a skip connection. ``torch.nn.MultiheadAttention`` cannot hold these weights (it ties ``d_h = d/H``, uses one width
 for keys and values, a fixed ``1/sqrt(d_h)`` scale and biases).
 
 The paper authors' ``CustomAttention`` (github.com/smahdavi4/attention-memorization) computes
@@ -34,11 +37,11 @@ from .model import Weights, checked_weights
 
 class MemorizingAttention(nn.Module):
     """One layer of multi-head attention with per-head ``W_Q``, ``W_K`` (H, d, d_h), ``W_V``
-    (H, d, d_v), ``W_O`` (H·d_v, d), ``W_D`` (d, d_o) and a skip flag (a buffer, so it travels
-    in the state dict)."""
+    (H, d, d_v), ``W_O`` (H·d_v, d), ``W_D`` (d, d_o), a skip flag and a pre-layer flag
+    ``mean_shift`` (buffers, so they travel in the state dict)."""
 
     def __init__(self, H: int, d: int, d_h: int, d_v: int, d_o: int, skip: bool = False,
-                 dtype: torch.dtype = torch.float64):
+                 dtype: torch.dtype = torch.float64, mean_shift: bool = False):
         super().__init__()
         self.W_K = nn.Parameter(torch.zeros(H, d, d_h, dtype=dtype))
         self.W_Q = nn.Parameter(torch.zeros(H, d, d_h, dtype=dtype))
@@ -46,6 +49,7 @@ class MemorizingAttention(nn.Module):
         self.W_O = nn.Parameter(torch.zeros(H * d_v, d, dtype=dtype))
         self.W_D = nn.Parameter(torch.zeros(d, d_o, dtype=dtype))
         self.register_buffer("skip", torch.tensor(bool(skip)))
+        self.register_buffer("mean_shift", torch.tensor(bool(mean_shift)))
 
     @property
     def heads(self) -> int:
@@ -56,6 +60,10 @@ class MemorizingAttention(nn.Module):
         single = x.dim() == 1
         if single:
             E, x = E[None], x[None]
+        if bool(self.mean_shift):                                             # Proposition 4's layer
+            s = torch.softmax(torch.zeros(E.shape[1], dtype=E.dtype, device=E.device), dim=0)
+            m = torch.einsum("bnd,n->bd", E, s)
+            E, x = E + m[:, None, :], x + m
         q = torch.einsum("bd,hdk->bhk", x, self.W_Q)[:, :, None, :]          # (B, H, 1, d_h)
         k = torch.einsum("bnd,hdk->bhnk", E, self.W_K)                        # (B, H, n, d_h)
         v = torch.einsum("bnd,hdv->bhnv", E, self.W_V)                        # (B, H, n, d_v)
@@ -70,7 +78,8 @@ class MemorizingAttention(nn.Module):
 def to_torch(weights: Weights, dtype: torch.dtype = torch.float64) -> MemorizingAttention:
     """The module holding ``weights`` (float64 values; high-precision weights are rounded to them)."""
     w = checked_weights(weights)
-    module = MemorizingAttention(w.H, w.d, w.d_h, w.d_v, w.d_o, w.skip, dtype=dtype)
+    module = MemorizingAttention(w.H, w.d, w.d_h, w.d_v, w.d_o, w.skip, dtype=dtype,
+                                 mean_shift=w.prelayer == "mean-shift")
     with torch.no_grad():
         for name in _NAMES:
             getattr(module, name).copy_(torch.tensor(np.asarray(w.arrays()[name], dtype=np.float64)))
@@ -80,15 +89,18 @@ def to_torch(weights: Weights, dtype: torch.dtype = torch.float64) -> Memorizing
 def from_torch(module: MemorizingAttention) -> Weights:
     """The module's weights as float64 :class:`~construct.model.Weights` (checked)."""
     arrays = {name: getattr(module, name).detach().cpu().to(torch.float64).numpy().copy() for name in _NAMES}
-    return checked_weights(Weights(**arrays, skip=bool(module.skip)))
+    return checked_weights(Weights(**arrays, skip=bool(module.skip),
+                                   prelayer="mean-shift" if bool(module.mean_shift) else None))
 
 
 def load_state_dict(state: dict) -> MemorizingAttention:
     """A module from a state dict (``torch.load(path, weights_only=True)``), shapes read from it."""
     H, d, d_h = state["W_K"].shape
     d_v, d_o = state["W_V"].shape[2], state["W_D"].shape[1]
-    module = MemorizingAttention(H, d, d_h, d_v, d_o, bool(state["skip"]), dtype=state["W_K"].dtype)
-    module.load_state_dict(state)
+    shift = bool(state.get("mean_shift", False))
+    module = MemorizingAttention(H, d, d_h, d_v, d_o, bool(state["skip"]), dtype=state["W_K"].dtype,
+                                 mean_shift=shift)
+    module.load_state_dict({"mean_shift": torch.tensor(shift), **state})     # files from before the flag
     return module
 
 
@@ -98,6 +110,8 @@ def to_authors(weights: Weights) -> dict[str, np.ndarray]:
     w = checked_weights(weights)
     if w.skip:
         raise ValueError("the authors' model has no skip connection")
+    if w.prelayer is not None:
+        raise ValueError(f"the authors' model is one layer; these weights have the pre-layer {w.prelayer}")
     a = w.arrays()
     return {"Wq": a["W_Q"], "Wk": a["W_K"] * math.sqrt(w.d), "Wv": a["W_V"], "Wo": a["W_O"],
             "decoder.weight": a["W_D"].T.copy(), "decoder.bias": np.zeros(w.d_o)}

@@ -18,7 +18,8 @@ from .accurate import rounding_visible, shared_context
 from .arith import FLOAT64, Arithmetic, gpu
 from .data import Dataset, checked
 from .limits import require_memory, tolerance
-from .model import Weights, check_compatible, checked_weights, feature_matrix, forward, output_from_features
+from .model import (Weights, check_compatible, checked_weights, feature_matrix, forward, layer_inputs,
+                    output_from_features)
 
 DEFAULT_TOL = 1e-8
 
@@ -106,6 +107,9 @@ def _where_rounding_shows(ar: Arithmetic, weights: Weights, data: Dataset, out, 
 def verify(weights: Weights, data: Dataset, tol: float = DEFAULT_TOL, *, device: str = "cpu") -> Verification:
     """Recompute ``Z`` and the outputs from the weights and decide whether they memorize ``data``.
 
+    With a pre-layer (``weights.prelayer``) the model is the two layers: ``Z`` is the attention
+    layer's features on the pre-layer's outputs, computed here in the same arithmetic.
+
     High-precision weights are evaluated at their own precision (``weights.bits``), on the CPU.
     ``device``: ``"cpu"``, ``"gpu"`` or ``"auto"``, as for :func:`construct.build`.
 
@@ -122,7 +126,8 @@ def verify(weights: Weights, data: Dataset, tol: float = DEFAULT_TOL, *, device:
     gpu.require_device_memory(ar, 8 * (2 * data.T * weights.H * data.d + 2 * data.T ** 2),
                               f"verifying T = {data.T} examples on H = {weights.H} heads")
     with ar.working():                              # at the weights' own precision
-        data_ar = Dataset(ar.asarray(data.E), ar.asarray(data.X), ar.asarray(data.Y))
+        E, X = layer_inputs(weights, ar.asarray(data.E), ar.asarray(data.X), ar)   # the pre-layer, if any
+        data_ar = Dataset(E, X, ar.asarray(data.Y))
         w_ar = weights if ar.xp is np else weights.map(ar.asarray, bits=weights.bits)
         with ar.session():                          # the forward pass: its rows may run in parallel
             Z = feature_matrix(data_ar.E, data_ar.X, w_ar, ar)
