@@ -6,6 +6,7 @@ memorize ``H(n − 1) + 1`` examples. ``build`` runs the construction and proves
 the model's own forward pass; ``verify`` re-checks weights against data.
 """
 
+from ._version import __version__
 from .assumptions import check_assumptions, kruskal_rank
 from .build import BuildResult, HeadEvidence, build, capacity, heads_needed
 from .data import Dataset, as_dataset, load_dataset, synthetic
@@ -15,7 +16,7 @@ from .teach import teach
 from .verify import Verification, verify
 
 __all__ = [
-    "BuildResult", "CapacityError", "ConstructError", "ConstructionError", "Dataset", "HeadEvidence",
+    "__version__", "BuildResult", "CapacityError", "ConstructError", "ConstructionError", "Dataset", "HeadEvidence",
     "InputError", "Verification", "Weights", "as_dataset", "as_weights", "build", "capacity",
     "check_assumptions", "feature_matrix", "forward", "heads_needed", "kruskal_rank", "load_dataset",
     "load_weights", "param_count", "synthetic", "teach", "verify",

@@ -1,4 +1,4 @@
-"""The paper's data assumptions (MATH.md §2) as checks on a dataset.
+"""The paper's data assumptions (docs/math.md §2) as checks on a dataset.
 
 - Kruskal rank of a set of vectors: the largest ``k`` such that every ``k`` of them are linearly
   independent. Exact computation enumerates subsets (NP-hard in general), so it runs only while
@@ -138,7 +138,7 @@ class AssumptionReport:
 
 def check_assumptions(data: Dataset, trials: int = SAMPLED_TRIALS, seed: int = 0,
                       budget: int = EXACT_BUDGET) -> AssumptionReport:
-    """Check A1, A2, A3 and the queries' general position (MATH.md §2).
+    """Check A1, A2, A3 and the queries' general position (docs/math.md §2).
 
     When ``T < n`` no ``n`` queries exist, so A1 and A3 cannot hold; they are reported as failed.
     """

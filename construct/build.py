@@ -45,7 +45,7 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
           skip: bool = False, seed: int = 0, tol: float = DEFAULT_TOL, scale: str = "rank",
           precision: str | Precision = "auto", progress: Progress | None = None,
           trace: bool = False, device: str = "cpu", prelayer: str = "none") -> BuildResult:
-    """Construct weights that memorize ``data`` exactly (Theorem 1; MATH.md §4).
+    """Construct weights that memorize ``data`` exactly (Theorem 1; docs/math.md §4).
 
     Args:
         data: the dataset (T, n, d) / (T, d) / (T, d_o).
@@ -61,9 +61,9 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
             saturation; ``"saturating"``: the smallest whose measured perturbation
             ``‖C(Z''_A − Z̄_A)‖`` stays below ``MARGIN · σ_min(M)`` (the proof's Weyl argument,
             measured: the head still saturates the earlier examples); ``"explicit"``: the bound
-            of MATH.md §4.4.5. The evidence has the explicit bound beside the scale used.
+            of docs/math.md §4.4.5. The evidence has the explicit bound beside the scale used.
         progress: called as ``progress(head, heads_used)`` after each head.
-        precision: ``"auto"`` (float64 while MATH.md §5's predicted rounding stays below what
+        precision: ``"auto"`` (float64 while docs/math.md §5's predicted rounding stays below what
             keeps the rank and the labels, otherwise mpmath at the bits that prediction asks
             for), ``"float64"``, a number of bits, or a :class:`Precision`.
         trace: keep every head's arrays (:class:`HeadTrace`) in the result, for checking the
@@ -239,7 +239,7 @@ def build_in(ar: Arithmetic, data: Dataset, why: str, *, heads: int, head_dim: i
             f"verification failed at {ar.name}: rank Z = {v.rank_Z} of T = {data.T}, max |f − y| = "
             f"{v.max_abs_error:.3g} (allowed {v.tol:.3g}); σ_min(Z) = {v.sigma_min_Z:.3g}; largest scale "
             f"used: {max(e.scale for e in evidence):.3g}. "
-            + ("Float64 cannot hold this construction (MATH.md §5): use precision auto or more bits"
+            + ("Float64 cannot hold this construction (docs/math.md §5): use precision auto or more bits"
                if ar.weights_bits is None else "raise the precision"))
     return result
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
@@ -46,7 +47,7 @@ from .accurate import shared_context
 from .arith import FLOAT64, Interval, lapack
 from .data import Dataset, checked
 from .errors import InputError
-from .io import sha256
+from .io import json_bytes, sha256, write_atomic
 from .limits import integer, tolerance
 from .model import Weights, check_compatible, checked_weights, feature_matrix, layer_inputs, output_from_features
 from .verify import DEFAULT_TOL
@@ -71,6 +72,30 @@ class Certificate:
 
     claims: dict
     passed: bool
+
+    def lines(self) -> list[str]:
+        """The certificate for people: the method, then each claim, proven or with its reason."""
+        c = self.claims
+        out = [f"method         {c['method']}" + (f", {c['interval_bits']} bits" if "interval_bits" in c else "")
+               + f": {METHOD_DESCRIPTIONS[c['method']]}"]
+        for key in CLAIMS:
+            if key in c:
+                claim = c[key]
+                out.append(f"{key:<15}" + (f"PROVEN  {claim['claim']}" if claim["proven"] else
+                                           f"not proven: {claim['reason']}"))
+        return out
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the claims as JSON to ``path`` (atomically); ``certify --check`` reads it back."""
+        write_atomic(path, json_bytes(self.claims))
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+    def __repr__(self) -> str:
+        c = self.claims
+        states = ", ".join(f"{k}={'proven' if c[k]['proven'] else 'not proven'}" for k in CLAIMS if k in c)
+        return f"Certificate(passed={self.passed}, method={c.get('method')!r}, {states})"
 
 
 METHODS = ("auto", "float64", "interval")

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 import time
 from pathlib import Path
 
+from ._version import __version__
 from .errors import ConstructError, InputError, OutputError
 
 DEFAULT_PROBLEM = {"kind": "independent", "heads": 8, "context": 8, "dim": 16}
@@ -169,9 +171,8 @@ def _cmd_export(args) -> int:
 
 
 def _cmd_certify(args) -> int:
-    from .certify import MAX_CERTIFICATE_BYTES, METHOD_DESCRIPTIONS, check_certificate, certify, read_certificate
+    from .certify import MAX_CERTIFICATE_BYTES, check_certificate, certify, read_certificate
     from .data import load_dataset
-    from .io import json_bytes, write_atomic
     from .limits import tolerance
     from .model import load_weights
     from .verify import DEFAULT_TOL
@@ -197,17 +198,11 @@ def _cmd_certify(args) -> int:
     tol = tolerance(DEFAULT_TOL if args.tol is None else args.tol, "--tol")
     weights, data = load_weights(args.weights), load_dataset(args.data)
     result = certify(weights, data, tol=tol, method=args.method or "auto")
-    c = result.claims
-    lines = [f"method         {c['method']}" + (f", {c['interval_bits']} bits" if "interval_bits" in c else "")
-             + f": {METHOD_DESCRIPTIONS[c['method']]}"]
-    for key in ("rank", "memorization", "classification"):
-        if key in c:
-            claim = c[key]
-            lines.append(f"{key:<15}" + (f"PROVEN  {claim['claim']}" if claim["proven"] else
-                                          f"not proven: {claim['reason']}"))
+    lines = result.lines()
     if args.out is not None:
-        write_atomic(args.out, json_bytes(c))
-        lines.append(f"wrote          {args.out}")
+        result.save(args.out)
+        lines.append(f"wrote          {args.out}: the certificate (JSON; check it with "
+                     f"`mha-construct certify {args.weights} {args.data} --check {args.out}`)")
     print("\n".join(lines))
     return 0 if result.passed else 1
 
@@ -218,18 +213,28 @@ def _cmd_teach(args) -> int:
 
     walk = teach(args.heads, args.context, args.dim, seed=args.seed, shared=args.shared, rational=args.rational,
                  prelayer=args.prelayer)
+    out = None if args.out is None else Path(args.out)
+    # Markdown links its figures as SVG files beside it: only where there is a folder to write them.
+    figures = walk.figure_names() if args.format == "markdown" and out is not None else []
     if args.format == "html":
         payload = walk.html()
     elif args.format == "markdown":
-        payload = walk.markdown()
+        payload = walk.markdown(figures if out is not None else None)
     else:
-        payload = walk.text(color=args.out is None and sys.stdout.isatty())
-    if args.out is None:
+        payload = walk.text(color=out is None and sys.stdout.isatty())
+    if out is None:
         print(payload, end="")
-    else:
-        name = {"html": "teach.html", "markdown": "teach.md", "text": "teach.txt"}[args.format]
-        write_atomic(Path(args.out) / name, payload.encode())
-        print(f"wrote {Path(args.out) / name} ({len(walk.steps)} steps, {len(walk.figures)} figures)")
+        return 0
+    name = {"html": "teach.html", "markdown": "teach.md", "text": "teach.txt"}[args.format]
+    for fig_name, svg in zip(figures, walk.figures):
+        write_atomic(out / fig_name, svg.encode())
+    write_atomic(out / name, payload.encode())
+    shown = {"html": f"{len(walk.figures)} figures inline",
+             "markdown": f"{len(figures)} figures linked",
+             "text": "no figures: see --format html, or --format markdown with --out"}[args.format]
+    print(f"wrote {out / name} ({len(walk.steps)} steps, {shown})")
+    for fig_name in figures:
+        print(f"wrote {out / fig_name}")
     return 0
 
 
@@ -294,6 +299,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mha-construct",
                                 description="Build certified memorizing weights for single-layer multi-head "
                                             "attention (Theorem 1 of Mahdavi, Liao & Thrampoulidis, ICLR 2024).")
+    p.add_argument("--version", action="version", version=f"mha-construct {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     b = sub.add_parser("build", help="construct weights that memorize a dataset",
@@ -312,11 +318,11 @@ def _parser() -> argparse.ArgumentParser:
                         "queries meet A1; the weights file and the report name it (default none)")
     b.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
     b.add_argument("--precision", default="auto", metavar="{auto,float64,BITS}",
-                   help="arithmetic of the construction: auto (float64 unless MATH.md §5 predicts it "
+                   help="arithmetic of the construction: auto (float64 unless docs/math.md §5 predicts it "
                         "cannot hold it), float64, or mpmath with BITS bits (default auto)")
     b.add_argument("--scale", choices=SCALES, default="rank",
                    help="saturation scales: the smallest that keeps the rank (default), the smallest that "
-                        "keeps the proof's saturation argument, or the explicit bound of MATH.md §4.4.5; "
+                        "keeps the proof's saturation argument, or the explicit bound of docs/math.md §4.4.5; "
                         "the report shows the explicit bound beside the scale used")
     b.add_argument("--out", type=Path, required=True,
                    help="folder for weights.npz, data.npz, report.json, replaced as one set")
@@ -340,8 +346,8 @@ def _parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="check that weights memorize a dataset",
                        description="Recompute Z and the outputs from the two files; exit 0 only if every label "
                                    "is reproduced within the tolerance and rank Z = T.")
-    v.add_argument("weights", type=Path)
-    v.add_argument("data", type=Path)
+    v.add_argument("weights", type=Path, help="the weights (.npz, as build writes them)")
+    v.add_argument("data", type=Path, help="the dataset (.npz with E, X and Y or labels)")
     v.add_argument("--tol", type=float, default=DEFAULT_TOL,
                    help=f"allowed max |f-y| relative to max(1, max|Y|) (default {DEFAULT_TOL:g})")
     v.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -349,8 +355,8 @@ def _parser() -> argparse.ArgumentParser:
     v.set_defaults(run=_cmd_verify)
 
     c = sub.add_parser("certify", help="prove rank Z = T and bound max |f - y| for the exact model")
-    c.add_argument("weights", type=Path)
-    c.add_argument("data", type=Path)
+    c.add_argument("weights", type=Path, help="the weights (.npz, as build writes them)")
+    c.add_argument("data", type=Path, help="the dataset (.npz with E, X and Y or labels)")
     c.add_argument("--out", type=Path, help="write the certificate (JSON) here")
     c.add_argument("--check", type=Path, metavar="CERT.json",
                    help="instead, re-prove every claim of an existing certificate for these files")
@@ -364,10 +370,12 @@ def _parser() -> argparse.ArgumentParser:
     e = sub.add_parser("export", help="write the weights for PyTorch, safetensors or ONNX",
                        description="Write the weights for another framework and, with a dataset (--data, or "
                                    "data.npz beside the weights), evaluate the written file in its target library.")
-    e.add_argument("weights", type=Path)
-    e.add_argument("--format", choices=("torch", "safetensors", "onnx"), required=True)
+    e.add_argument("weights", type=Path, help="the weights (.npz, as build writes them)")
+    e.add_argument("--format", choices=("torch", "safetensors", "onnx"), required=True,
+                   help="a PyTorch state dict, safetensors arrays with metadata, or an ONNX graph")
     e.add_argument("--out", type=Path, required=True, help="the file to write")
-    e.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    e.add_argument("--dtype", choices=("float64", "float32"), default="float64",
+                   help="the file's number type (default float64: the weights' own values)")
     e.add_argument("--data", type=Path, help="dataset to evaluate the export on (default: data.npz beside the weights)")
     e.add_argument("--tol", type=float, help="tolerance of the labels check, relative as verify's "
                                              "(default 1e-8 for float64, 1e-4 for float32)")
@@ -377,14 +385,15 @@ def _parser() -> argparse.ArgumentParser:
                        description="For each value: Theorem 1's bound H(k-1)+1, the examples the construction "
                                    "builds and certifies there, and rank Z for random weights (which exceeds the "
                                    "bound on independent contexts, and cannot on shared ones).")
-    k.add_argument("--vary", choices=("H", "n", "d_h"), required=True)
-    k.add_argument("--values", type=_positive, nargs="+", required=True)
-    k.add_argument("--kind", choices=("independent", "shared"), nargs="+", default=["independent"])
+    k.add_argument("--vary", choices=("H", "n", "d_h"), required=True, help="the quantity swept")
+    k.add_argument("--values", type=_positive, nargs="+", required=True, help="its values, one point each")
+    k.add_argument("--kind", choices=("independent", "shared"), nargs="+", default=["independent"],
+                   help="context kinds: a fresh context per example, or one for all (default independent)")
     k.add_argument("--heads", type=_positive, default=4, help="H when not varied (default 4)")
     k.add_argument("--context", type=_positive, default=32, help="n when not varied (default 32)")
     k.add_argument("--dim", type=_positive, default=64, help="d (default 64)")
     k.add_argument("--head-dim", type=_positive, help="d_h when not varied (default n)")
-    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--seed", type=int, default=0, help="seed of the data and the construction (default 0)")
     k.add_argument("--csv", type=Path, help="write the table as CSV")
     k.add_argument("--json", type=Path, help="write the table as JSON")
     k.add_argument("--plot", type=Path, nargs="+", help="draw it (.svg or .png; one file per kind; [plot] extra)")
@@ -394,24 +403,65 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--heads", type=_positive, default=3, help="H (default 3)")
     t.add_argument("--context", type=_positive, default=3, help="n (default 3)")
     t.add_argument("--dim", type=_positive, default=4, help="d (default 4)")
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--seed", type=int, default=0, help="seed of the data and the construction (default 0)")
     t.add_argument("--shared", action="store_true", help="one context for every example (Prop. 2)")
     t.add_argument("--rational", action="store_true", help="exact rational inputs, small matrices shown exactly")
     t.add_argument("--prelayer", action="store_true",
                    help="queries that repeat (A1 fails, A3 holds), built through Proposition 4's pre-layer")
-    t.add_argument("--format", choices=("text", "markdown", "html"), default="text")
-    t.add_argument("--out", type=Path, help="write teach.txt / teach.md / teach.html into this folder")
+    t.add_argument("--format", choices=("text", "markdown", "html"), default="text",
+                   help="plain (coloured on a terminal) text, Markdown, or one self-contained HTML page")
+    t.add_argument("--out", type=Path, help="write teach.txt / teach.md / teach.html into this folder (markdown: "
+                   "with its figures as teach-figure-N.svg beside it; without --out it has no figures)")
     t.set_defaults(run=_cmd_teach)
 
     a = sub.add_parser("assumptions", help="report A1, A2, A3 and general position for a dataset")
-    a.add_argument("data", type=Path)
+    a.add_argument("data", type=Path, help="the dataset (.npz with E, X and Y or labels)")
     a.add_argument("--trials", type=_positive, default=5000, help="sampled subsets per test (default 5000)")
-    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--seed", type=int, default=0, help="seed of the sampled subsets (default 0)")
     a.add_argument("--json", action="store_true", help="print the report as JSON")
     a.add_argument("--report-only", action="store_true",
                    help="exit 0 whatever the verdict (by default the exit code is 1 when A1 or A2 fails)")
     a.set_defaults(run=_cmd_assumptions)
+    for name, command in sub.choices.items():              # every subcommand: a description and examples
+        command.description = textwrap.fill(command.description or _HELP[name], 88)
+        command.epilog = "examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES[name]) + \
+            f"\n\nmore: docs/cli.md#{name} in the project's repository"
+        command.formatter_class = argparse.RawDescriptionHelpFormatter
     return p
+
+
+# Each subcommand's examples, shown at the end of its --help (and in docs/cli.md).
+EXAMPLES = {
+    "build": ["mha-construct build --out run                      # the default problem (H = 8, n = 8, d = 16)",
+              "mha-construct build mydata.npz --out run           # your E, X, Y (or labels); the fewest heads",
+              "mha-construct build --dataset digits --examples 1797 --out digits",
+              "mha-construct build --dataset tokens --prelayer auto --out tokens"],
+    "verify": ["mha-construct verify run/weights.npz run/data.npz",
+               "mha-construct verify run/weights.npz run/data.npz --json --tol 1e-10"],
+    "certify": ["mha-construct certify run/weights.npz run/data.npz --out run/certificate.json",
+                "mha-construct certify run/weights.npz run/data.npz --check run/certificate.json",
+                "mha-construct certify run/weights.npz run/data.npz --method interval"],
+    "export": ["mha-construct export run/weights.npz --format torch --out model.pt",
+               "mha-construct export run/weights.npz --format onnx --dtype float32 --out model.onnx"],
+    "capacity": ["mha-construct capacity --vary H --values 1 2 4 8 16 32 --kind independent shared",
+                 "mha-construct capacity --vary n --values 4 8 16 32 --csv n.csv --plot n.svg"],
+    "teach": ["mha-construct teach",
+              "mha-construct teach --heads 4 --context 3 --dim 5 --format html --out lesson",
+              "mha-construct teach --prelayer"],
+    "assumptions": ["mha-construct assumptions run/data.npz",
+                    "mha-construct assumptions mydata.npz --json --report-only"],
+}
+_HELP = {
+    "certify": "Prove, for the exact model (not its floating-point evaluation), that rank Z = T and that "
+               "max |f - y| is within the tolerance (and, for one-hot labels, that no example is "
+               "misclassified); or re-prove an existing certificate with --check. Exit 0 when every claim "
+               "is proven.",
+    "teach": "Run the construction on a tiny dataset and narrate every step of the proof with the engine's "
+             "own numbers, as text, Markdown or one self-contained HTML page.",
+    "assumptions": "Report A1 (the queries' Kruskal rank, exact when small, else sampled as the paper does), "
+                   "A2 (full-rank contexts), A3 (the queries shifted by their contexts' means) and general "
+                   "position. Exit 1 when A1 or A2 fails.",
+}
 
 
 def main(argv: list[str] | None = None) -> int:

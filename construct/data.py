@@ -1,4 +1,4 @@
-"""Datasets ``(E, X, Y)``: validation, files, and synthetic generators (MATH.md §1).
+"""Datasets ``(E, X, Y)``: validation, files, and synthetic generators (docs/math.md §1).
 
 Shapes: contexts ``E`` (T, n, d), queries ``X`` (T, d), labels ``Y`` (T, d_o); a 1-D ``Y`` means
 ``d_o = 1``. A dataset file is an ``.npz`` with exactly these three arrays.
@@ -61,6 +61,20 @@ class Dataset:
     def to_bytes(self) -> bytes:
         """The dataset as a reproducible ``.npz`` file's bytes."""
         return npz_bytes(self.arrays())
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the dataset to ``path`` (``.npz``, atomically: the file is whole or absent)."""
+        from .io import write_atomic
+        write_atomic(path, self.to_bytes())
+
+    @staticmethod
+    def load(path: str | os.PathLike) -> Dataset:
+        """:func:`load_dataset`."""
+        return load_dataset(path)
+
+    def __repr__(self) -> str:
+        classes = "" if self.classes is None else f", classes={len(self.classes)}"
+        return f"Dataset(T={self.T}, n={self.n}, d={self.d}, d_o={self.d_o}{classes})"
 
 
 def _index_list(idx: np.ndarray, limit: int = 20) -> str:

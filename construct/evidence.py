@@ -19,7 +19,7 @@ class HeadEvidence:
         head: head number, from 1.
         examples: the group it fits exactly, as ``[first, last]`` example indices.
         scale: the saturation scale ``c_h`` used (0 for head 1, which has no earlier examples).
-        scale_explicit: the explicit scale of MATH.md §4.4.5 (Lemma 4 + Weyl), what the
+        scale_explicit: the explicit scale of docs/math.md §4.4.5 (Lemma 4 + Weyl), what the
             existence argument asks for; ``scale`` is smaller when the build searched for the
             smallest scale that keeps the rank (``rank``) or the proof's saturation argument
             (``saturating``).
@@ -33,7 +33,7 @@ class HeadEvidence:
             ``c_h``; below ``σ_min(M)`` shows the same by Weyl (Lemma 5) on the actual matrices.
         sigma_min_N: ``σ_min`` of the reduced new rows ``N = Z''_S − C Z''_A`` at ``c_h``, measured:
             positive is the rank step itself (Lemma 1 after the row operation).
-        rounding_estimate: MATH.md §5's size of the rounding of the group's logits at the build's
+        rounding_estimate: docs/math.md §5's size of the rounding of the group's logits at the build's
             precision (:func:`construct.policy.logit_rounding`: the rank-one term's
             ``c_h ε ‖a‖ ‖b‖ ‖x‖ ‖E‖`` and any cancellation inside ``W_K W_Q^T``).
         target_error: measured ``max |z^(t) − E^(t)T s^(t)|`` on the group (exact up to rounding).
@@ -132,8 +132,20 @@ class BuildResult:
     def max_abs_error(self) -> float:
         return self.verification.max_abs_error
 
+    def save(self, folder, *, force: bool = False) -> None:
+        """Write ``weights.npz``, ``data.npz`` and ``report.json`` into ``folder`` as one set, as
+        ``mha-construct build --out`` does (``force``: replace a folder holding other files)."""
+        from .io import OutputFolder, json_bytes, sha256
+        from .report import build_report
+        weights, data = self.weights.to_bytes(), self.data.to_bytes()
+        report = build_report(self, data_source={"source": "python"}, data_sha256=sha256(data),
+                              weights_sha256=sha256(weights), total_seconds=sum(self.timings.values()))
+        with OutputFolder(folder, ("weights.npz", "data.npz", "report.json"), force=force) as out:
+            out.publish({"weights.npz": weights, "data.npz": data, "report.json": json_bytes(report)})
+
     def __repr__(self) -> str:
         v = self.verification
         return (f"BuildResult(T={self.data.T}, H={self.weights.H}, heads_used={len(self.heads)}, "
                 f"precision={self.precision!r}, scale={self.scale!r}, rank_Z={v.rank_Z}, "
-                f"max_abs_error={v.max_abs_error:.3g}, passed={v.passed})")
+                f"max_abs_error={v.max_abs_error:.3g}, passed={v.passed}"
+                + ("" if self.prelayer is None else f", prelayer={self.prelayer!r}") + ")")

@@ -1,4 +1,4 @@
-"""The single-layer multi-head attention model of MATH.md §1: forward pass, features ``Z``, weights.
+"""The single-layer multi-head attention model of docs/math.md §1: forward pass, features ``Z``, weights.
 
 For head ``h`` and one example: ``s_h = softmax(E W_K[h] W_Q[h]^T x)``, ``z_h = E^T s_h``; then
 ``f = W_D^T (W_O^T [W_V[1]^T z_1; …; W_V[H]^T z_H])``, plus ``x`` inside ``W_D^T(·)`` with the skip
@@ -113,6 +113,22 @@ class Weights:
     def to_bytes(self) -> bytes:
         """The weights as a reproducible ``.npz`` file's bytes."""
         return npz_bytes(self.arrays())
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the weights to ``path`` (``.npz``, atomically: the file is whole or absent)."""
+        from .io import write_atomic
+        write_atomic(path, self.to_bytes())
+
+    @staticmethod
+    def load(path: str | os.PathLike) -> Weights:
+        """:func:`load_weights`."""
+        return load_weights(path)
+
+    def __repr__(self) -> str:
+        arithmetic = "float64" if self.bits is None else f"{self.bits} bits"
+        layer = "" if self.prelayer is None else f", prelayer={self.prelayer!r}"
+        return (f"Weights(H={self.H}, d={self.d}, d_h={self.d_h}, d_v={self.d_v}, d_o={self.d_o}, "
+                f"skip={self.skip}, {arithmetic}{layer})")
 
 
 _SHAPES = {"W_K": "(H, d, d_h)", "W_Q": "(H, d, d_h)", "W_V": "(H, d, d_v)", "W_O": "(H·d_v, d)",

@@ -1,4 +1,4 @@
-"""Stage 2: split the examples into head groups (MATH.md §4.2).
+"""Stage 2: split the examples into head groups (docs/math.md §4.2).
 
 ``G_1`` holds ``k`` examples and ``G_2, G_3, …`` hold ``k − 1`` each (the last may be smaller),
 taken in the dataset's order. Instead of A1 (Kruskal rank, NP-hard to check) the construction
@@ -90,7 +90,7 @@ def partition(X: np.ndarray, k: int) -> list[range]:
         raise InputError(shown + _remedies(X, k),
                          what=f"the queries do not meet A1 (any {k} of them linearly independent): "
                               f"{len(problems)} violation(s) found while splitting the examples into head "
-                              "groups (MATH.md §4.2)")
+                              "groups (docs/math.md §4.2)")
     return groups
 
 

@@ -1,6 +1,6 @@
 """The precision policy: float64 while it provably or measurably holds, mpmath otherwise.
 
-``build(precision="auto")`` runs the construction in float64 and keeps the result when MATH.md
+``build(precision="auto")`` runs the construction in float64 and keeps the result when docs/math.md
 §5's predicted rounding stays below what keeps the rank (each head's ``σ_min(N)``) and, through
 the readout's conditioning, below the tolerance; on small problems a prediction that fails is
 replaced by a measurement of the weights' exact outputs. Otherwise it rebuilds with mpmath at the
@@ -31,7 +31,7 @@ EVALUATION_SLACK = 4
 
 
 def logit_rounding(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray, eps: float = FLOAT64.eps) -> float:
-    """MATH.md §5's estimate of the rounding of the logits ``E^(t) W_K W_Q^T x^(t)`` over the examples.
+    """docs/math.md §5's estimate of the rounding of the logits ``E^(t) W_K W_Q^T x^(t)`` over the examples.
 
     The standard bound for a product evaluated through its factors, ``γ_k ‖E‖ ‖W_K‖ ‖W_Q‖ ‖x‖``
     with ``γ_k ≈ k ε`` and ``k = d + d_h``. With a saturation scale ``c`` in ``W_K`` it contains
@@ -47,7 +47,7 @@ def logit_rounding(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarra
 
 
 def rounding_ratio(result) -> float:
-    """MATH.md §5 for a build: the largest ratio, over heads, of the rounding of the group's
+    """docs/math.md §5 for a build: the largest ratio, over heads, of the rounding of the group's
     features (``2ρ`` times the predicted logit rounding, ``rounding_estimate``) to what the rank
     step can absorb, ``σ_min(N)`` of the reduced new rows. Above 1, the build's precision is not
     enough to trust the rank step."""
@@ -92,8 +92,8 @@ def choose(data: Dataset, heads: int, chosen, build_at: Callable):
     if chosen != "auto":
         result = build_at(chosen, "requested")
         if chosen.is_float64 and rounding_ratio(result) > 1:
-            result.precision_reason += (f"; MATH.md §5 predicts rounding {rounding_ratio(result):.3g}x what keeps "
-                                        "the rank: the float64 check passed, certify before relying on it")
+            result.precision_reason += (f"; docs/math.md §5 predicts rounding {rounding_ratio(result):.3g}x what "
+                                        "keeps the rank: the float64 check passed, certify before relying on it")
         return result
     result = None
     small = mp_cost(data, heads) <= MP_BUDGET
@@ -114,7 +114,7 @@ def choose(data: Dataset, heads: int, chosen, build_at: Callable):
                                            f"{MEASURE_BITS} bits, are within {exact:.3g} of the labels, and "
                                            f"float64 evaluation moves them by {rounding:.3g}")
                 return result
-        why = (f"auto: in float64, MATH.md §5's worst-case estimate puts the rounding at {ratio:.3g}x what "
+        why = (f"auto: in float64, docs/math.md §5's worst-case estimate puts the rounding at {ratio:.3g}x what "
                f"keeps the rank and up to {feature_rounding * condition:.3g} on the outputs (allowed "
                f"{v.tol:.3g}); largest c_h = {max(e.scale for e in result.heads):.3g}, cond(Z) = {condition:.3g}")
     except ConstructionError as exc:

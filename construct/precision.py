@@ -3,7 +3,7 @@
 A :class:`Precision` is a value (what ``build(..., precision=)`` accepts and a result reports);
 the arithmetic that computes at it comes from :func:`construct.arith.for_bits`.
 
-MATH.md §5 says when float64 is not enough: the rank-one term's rounding, about
+docs/math.md §5 says when float64 is not enough: the rank-one term's rounding, about
 ``c_h·ε·‖a‖‖b‖‖x‖‖E‖`` on the logits, must stay well below what keeps the rank. See
 :func:`bits_needed`.
 """
@@ -75,7 +75,7 @@ def parse(value) -> Precision | str:
 
 
 def bits_needed(feature_rounding: float, condition: float, target: float = ERROR_TARGET) -> int:
-    """Bits at which MATH.md §5's rounding, scaled by the conditioning, falls below ``target``.
+    """Bits at which docs/math.md §5's rounding, scaled by the conditioning, falls below ``target``.
 
     Args:
         feature_rounding: the float64 prediction of how far the rank-one term's rounding moves a

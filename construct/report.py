@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from importlib.metadata import PackageNotFoundError, version
 
+from ._version import __version__
 from .evidence import BuildResult
 from .model import param_count
 from .policy import rounding_ratio
@@ -12,10 +12,8 @@ from .verify import float32_error
 
 
 def package_version() -> str:
-    try:
-        return version("mha-construct")
-    except PackageNotFoundError:
-        return "unknown"
+    """The version of the running code (``construct.__version__``)."""
+    return __version__
 
 
 def evidence_dict(result: BuildResult) -> dict:

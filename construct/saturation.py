@@ -1,4 +1,4 @@
-"""Lemma 4 (saturation), the explicit scale ``c_h`` of MATH.md §4.4.5, and the three scale rules.
+"""Lemma 4 (saturation), the explicit scale ``c_h`` of docs/math.md §4.4.5, and the three scale rules.
 
 Lemma 4: if ``g = E W' x`` has a unique maximum at ``j*`` with gap ``δ > 0``, then with
 ``ℓ = E W x``, ``‖softmax(ℓ + c g) − e_{j*}‖_1 ≤ 2 (n − 1) exp(2‖ℓ‖_∞ − c δ)``.
@@ -55,7 +55,7 @@ def rank_perturbation_bound(C_norm: float, rho: float, ell_inf: np.ndarray, delt
 
 def explicit_scale(C_norm: float, rho: float, ell_inf: np.ndarray, delta: np.ndarray, n: int,
                    sigma_min_M: float, margin: float = MARGIN) -> float:
-    """Smallest ``c ≥ 0`` satisfying MATH.md §4.4.5's condition with Lemma 4's bound as stated
+    """Smallest ``c ≥ 0`` satisfying docs/math.md §4.4.5's condition with Lemma 4's bound as stated
     (uncapped), so that :func:`rank_perturbation_bound` is at most ``margin · σ_min(M)``.
 
     Args:
@@ -129,7 +129,7 @@ def choose_scale(rule: str, ar: Arithmetic, *, C, C_norm: float, E_A, rho, ell, 
                  c_explicit: float, sigma_M: float, guess: float | None) -> float:
     """The saturation scale of a later head by ``rule`` (one of :data:`SCALES`).
 
-    - ``explicit``: ``c_explicit``, MATH.md §4.4.5's sufficient scale (Lemma 4 + Weyl).
+    - ``explicit``: ``c_explicit``, docs/math.md §4.4.5's sufficient scale (Lemma 4 + Weyl).
     - ``saturating``: the smallest scale at which the measured perturbation
       (:func:`perturbation_at`) stays below ``MARGIN · σ_min(M)``: the proof's argument, on the
       actual attention instead of Lemma 4's bound.

@@ -66,7 +66,7 @@ class Workspace:
         ar.rows(rows, self.E.shape[0])
 
     def rounding(self, h: int, S: range) -> float:
-        """MATH.md §5's estimate of the rounding of group ``S``'s logits under head ``h``."""
+        """docs/math.md §5's estimate of the rounding of group ``S``'s logits under head ``h``."""
         ar = self.ar
         return logit_rounding(ar.to_host(self.E[S.start:S.stop, ...]), ar.to_host(self.X[S.start:S.stop, ...]),
                               ar.to_host(self.W_K[h, ...]), ar.to_host(self.W_Q[h, ...]), ar.eps)

@@ -1,6 +1,6 @@
 """The statements of *Memorization Capacity of Multi-Head Attention in Transformers* as checks.
 
-One module per statement of ``MATH.md`` §3. Each has a ``check(...)`` that takes concrete arrays
+One module per statement of ``docs/math.md`` §3. Each has a ``check(...)`` that takes concrete arrays
 (or a dataset and weights), decides every hypothesis, evaluates the conclusion, and returns a
 :class:`Check` saying which hypothesis failed or what the conclusion's quantities are::
 

@@ -1,6 +1,6 @@
 """The result every statement check returns: hypotheses, conclusion, and the quantities behind them.
 
-A check evaluates a statement of the paper (MATH.md §3) on concrete arrays. Each hypothesis is
+A check evaluates a statement of the paper (docs/math.md §3) on concrete arrays. Each hypothesis is
 decided separately, so a failed check says *which* hypothesis failed; the conclusion is evaluated
 whenever it can be (it is ``None`` only when a failed hypothesis makes it meaningless, e.g. Claim 1
 with dependent queries has no ``W_S``). A statement is contradicted only when every hypothesis
@@ -11,7 +11,7 @@ Numerical conventions, shared by every check:
 - Ranks: :func:`construct.arith.numerical_rank`, one tolerance ``max(shape)·ε·σ_max``.
 - "Exact" equalities (attention targets, fitted labels): absolute error at most :data:`EXACT_TOL`
   plus :func:`logit_rounding`, the forward-error bound of evaluating the logits ``E W_K W_Q^T x``
-  through their factors in float64 (MATH.md §5: with a scale ``c`` in ``W_K`` this is the
+  through their factors in float64 (docs/math.md §5: with a scale ``c`` in ``W_K`` this is the
   ``c ε ‖a‖ ‖b‖ ‖x‖ ‖E‖`` term; with ill-conditioned queries it is the cancellation inside
   ``W_K W_Q^T``). Softmax moves no probability by more than twice the largest logit error.
 """
@@ -75,7 +75,7 @@ class Check:
     """The outcome of checking one statement on concrete arrays.
 
     Attributes:
-        statement: which statement, as MATH.md names it (``"Lemma 4"``).
+        statement: which statement, as docs/math.md names it (``"Lemma 4"``).
         hypotheses: each hypothesis, by name, and whether it holds on these arrays.
         conclusion: whether the conclusion holds; None when it could not be evaluated.
         quantities: the numbers the conclusion was decided on (ranks, bounds, errors).

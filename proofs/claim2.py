@@ -33,7 +33,7 @@ def _conclusion(E_S, X_S, s, E_A, X_A, K, Q, a, b, c, j_star=None) -> tuple[bool
     dist = one_hot_distance(np.einsum("tnd,td->tn", E_A, X_A @ (W_K @ W_Q.T).T),
                                    sat.quantities["j_star"]) if len(X_A) else np.zeros(0)
     bound = sat.quantities["bound"]
-    # The model's logits carry rounding (MATH.md §5) that the exact ones do not; a logit error η
+    # The model's logits carry rounding (docs/math.md §5) that the exact ones do not; a logit error η
     # changes the distance by a factor of at most exp(2η).
     eta = logit_rounding(E_A, X_A, W_K, W_Q)
     frozen = bool(np.all(dist <= bound * (1 + 4 * E_A.shape[1] * EPS) * np.exp(2 * eta)))

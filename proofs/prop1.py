@@ -2,7 +2,7 @@
 
 The proof is the construction (:func:`construct.build`): :func:`check` runs it on the first
 ``min(T, H(k−1)+1)`` examples and measures the rank of ``Z`` over all of them; :func:`check_step`
-checks one head's induction step of a traced build (MATH.md §4.4).
+checks one head's induction step of a traced build (docs/math.md §4.4).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ ROW_REDUCTION_RTOL = 1e-6
 
 
 def hypotheses(data: Dataset, k: int, fitted: int) -> dict[str, bool]:
-    """A2, ``n ≤ d``, and the partition condition (MATH.md §4.2; A1 implies it) on the fitted examples."""
+    """A2, ``n ≤ d``, and the partition condition (docs/math.md §4.2; A1 implies it) on the fitted examples."""
     try:
         partition(data.X[:fitted], k)
         split = True
@@ -65,7 +65,7 @@ def check_step(result: BuildResult, head: int) -> Check:
     """The induction step of head ``head`` (from 2) of a build made with ``trace=True``.
 
     Checks, on the features the weights produce: the row reduction ``C = Z'_S (Z'_A)^+`` and
-    ``F = C Z̄_A`` (MATH.md §4.4.3); the rank step itself, full row rank of the reduced new rows
+    ``F = C Z̄_A`` (docs/math.md §4.4.3); the rank step itself, full row rank of the reduced new rows
     ``N = Z''_S − C Z''_A`` (Lemma 1 after the row operation; the saturation of §4.4.5 is how the
     proof makes ``N`` close to ``M``, and the perturbation ``‖C(Z''_A − Z̄_A)‖_2`` is reported);
     and that ``Z`` restricted to heads ``1..h`` has full row rank on the examples fitted so far.

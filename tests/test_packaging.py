@@ -17,3 +17,48 @@ def test_the_wheel_holds_every_module(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     sources = {p.relative_to(ROOT).as_posix() for pkg in ("construct", "proofs") for p in (ROOT / pkg).rglob("*.py")}
     assert sources and sources <= names, sorted(sources - names)
+    assert "construct/py.typed" in names                       # type checkers read the annotations
+    import construct
+    meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
+    text = zipfile.ZipFile(wheel).read(meta).decode()
+    assert f"Version: {construct.__version__}" in text          # one version, written in one place
+    assert "License :: OSI Approved :: MIT License" in text and "arxiv.org/abs/2306.02010" in text
+
+
+def test_version_license_citation_changelog(capsys):
+    import construct
+    from construct.cli import main
+    try:
+        main(["--version"])
+    except SystemExit as stop:
+        assert stop.code == 0
+    assert capsys.readouterr().out.strip() == f"mha-construct {construct.__version__}"
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+    citation = (ROOT / "CITATION.cff").read_text()
+    assert "cff-version: 1.2.0" in citation and f"version: {construct.__version__}" in citation
+    assert "Memorization Capacity of Multi-Head Attention in Transformers" in citation
+    assert f"## {construct.__version__}" in (ROOT / "CHANGELOG.md").read_text()
+
+
+def test_short_reprs_and_save_load(tmp_path):
+    import construct
+    from construct.certify import certify
+    data = construct.synthetic("independent", T=9, n=3, d=5, seed=1)
+    result = construct.build(data, 4)
+    walk = construct.teach()
+    for obj in (data, result, result.weights, certify(result.weights, data, tol=1e-30), walk, walk.steps[0]):
+        assert len(repr(obj)) < 200 and "array" not in repr(obj), repr(obj)
+    assert repr(result.weights) == "Weights(H=4, d=5, d_h=3, d_v=1, d_o=1, skip=False, float64)"
+    assert repr(data) == "Dataset(T=9, n=3, d=5, d_o=1)"
+    cert = certify(result.weights, data, tol=1e-30)
+    text = str(cert)
+    assert "memorization   not proven: the bound" in text and "{" not in text
+    result.weights.save(tmp_path / "w.npz")
+    data.save(tmp_path / "d.npz")
+    assert construct.Weights.load(tmp_path / "w.npz").to_bytes() == result.weights.to_bytes()
+    assert construct.Dataset.load(tmp_path / "d.npz").to_bytes() == data.to_bytes()
+    cert.save(tmp_path / "c.json")
+    from construct.certify import check_certificate, read_certificate
+    assert check_certificate(read_certificate((tmp_path / "c.json").read_bytes()), result.weights, data) == []
+    result.save(tmp_path / "run")
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["data.npz", "report.json", "weights.npz"]

@@ -1,4 +1,4 @@
-"""Property tests: every statement of MATH.md §3, through its check in proofs/.
+"""Property tests: every statement of docs/math.md §3, through its check in proofs/.
 
 Each test asserts a check is *confirmed* (hypotheses hold, conclusion holds) on generated data, or
 that it names the hypothesis a generated violation breaks. Tests of the engine's own heads

@@ -25,7 +25,7 @@ def test_explicit_scale_meets_its_condition(seed):
     sigma = rng.uniform(1e-6, 1)
     c = explicit_scale(**args, sigma_min_M=sigma)
     assert rank_perturbation_bound(**args, c=c) <= 0.5 * sigma * (1 + 1e-9)
-    if c > 0:                                       # minimal for MATH.md §4.4.5's condition as stated
+    if c > 0:                                       # minimal for docs/math.md §4.4.5's condition as stated
         lemma4 = saturation_bound(ell_inf, delta, 0.99 * c, 6).max()
         assert args["C_norm"] * np.sqrt(ell_inf.size) * args["rho"] * lemma4 > 0.5 * sigma
 

@@ -1,5 +1,7 @@
-"""mha-construct teach: every step present, the engine's own numbers, the HTML parses, figures."""
+"""mha-construct teach: every step present, the engine's own numbers, the theorem first, MathML
+formulas, readable self-contained SVG figures, the step-by-step view, and Markdown with its figures."""
 
+import re
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 
@@ -9,26 +11,71 @@ import pytest
 from construct import teach
 from construct.cli import main
 from construct.model import feature_matrix
+from construct.teach import (attention_figure, math_text, mathml, rank_figure, rich_text,
+                             singular_value_figure)
+
+SVG = "{http://www.w3.org/2000/svg}"
+VOID = {"meta", "input", "br", "img", "link", "hr"}
+MATHML_ELEMENTS = {"math", "mrow", "mi", "mn", "mo", "mtext", "msub", "msup", "msubsup", "mover", "mspace"}
+ARXIV = "https://arxiv.org/abs/2306.02010"
+NOTES = "MATH" + ".md"                 # the internal notes, which no output may cite (spelled apart: see test_docs)
 
 
 class _Collector(HTMLParser):
+    """Checks the nesting, and records tags, attributes, and text outside math/code/script/figures."""
+
+    SKIP = {"math", "script", "style", "pre", "code", "svg", "title"}
+
     def __init__(self):
         super().__init__()
-        self.tags: list[str] = []
+        self.tags: list[tuple[str, dict]] = []
         self.open: list[str] = []
+        self.prose: list[str] = []
 
     def handle_starttag(self, tag, attrs):
-        self.tags.append(tag)
-        if tag != "meta":                                  # the only void element on the page
+        self.tags.append((tag, dict(attrs)))
+        if tag not in VOID:
             self.open.append(tag)
 
     def handle_startendtag(self, tag, attrs):                # <rect .../>: opens and closes at once
-        self.tags.append(tag)
+        self.tags.append((tag, dict(attrs)))
 
     def handle_endtag(self, tag):
         assert self.open and self.open[-1] == tag, f"</{tag}> closes <{self.open[-1] if self.open else None}>"
         self.open.pop()
 
+    def handle_data(self, data):
+        if not self.SKIP & set(self.open):
+            self.prose.append(data)
+
+
+def _parse(page: str) -> _Collector:
+    parser = _Collector()
+    parser.feed(page)
+    parser.close()
+    assert parser.open == []
+    return parser
+
+
+def _fragments(page: str, tag: str) -> list[str]:
+    out, i = [], 0
+    while (i := page.find(f"<{tag}", i)) >= 0:
+        end = page.index(f"</{tag}>", i) + len(tag) + 3
+        out.append(page[i:end])
+        i = end
+    return out
+
+
+def _text(el) -> str:
+    return "".join(el.itertext())
+
+
+def _page(tmp_path, *options) -> str:
+    assert main(["teach", "--format", "html", "--out", str(tmp_path), *options]) == 0
+    return (tmp_path / "teach.html").read_text()
+
+
+# --- the steps and their numbers ---------------------------------------------------------------
 
 @pytest.mark.parametrize("options", [{}, {"shared": True}, {"rational": True}, {"heads": 4, "context": 4, "dim": 5}])
 def test_every_step_is_present_with_the_engines_numbers(options):
@@ -52,30 +99,287 @@ def test_every_step_is_present_with_the_engines_numbers(options):
     assert f"{result.verification.max_abs_error:.3g}" in walk.steps[-1].text()
 
 
-def test_html_is_one_self_contained_page_with_figures(tmp_path, capsys):
-    assert main(["teach", "--format", "html", "--out", str(tmp_path)]) == 0
-    page = (tmp_path / "teach.html").read_text()
-    parser = _Collector()
-    parser.feed(page)
-    assert parser.open == [] and parser.tags.count("section") == 6
-    svgs = [page[i:page.index("</svg>", i) + 6] for i in range(len(page)) if page.startswith("<svg", i)]
-    assert len(svgs) >= 3
-    for svg in svgs:                                       # each figure is well-formed SVG
-        ET.fromstring(svg)
-    assert "http" not in page.replace("http://www.w3.org/2000/svg", "")   # nothing fetched from outside
-    for needle in ("Claim 1", "Lemma 3", "σ_min(M)", "explicit bound", "Rank of Z after each head",
-                   "Singular values of Z", "attention"):
+def test_every_step_cites_the_paper_and_the_docs_never_math_md():
+    for walk in (teach(), teach(prelayer=True), teach(rational=True)):
+        for step in walk.steps:
+            assert re.fullmatch(r"§\d(\.\d)*(, §\d(\.\d)*)*( \(§[\d.–§]+\))?", step.docs), step.docs
+            assert step.statement and "MATH" not in step.statement
+            assert f"docs/math.md {step.docs}" in step.text() and "arXiv:2306.02010" in step.text()
+        outputs = [walk.text(), walk.text(color=True), walk.markdown(), walk.markdown(walk.figure_names()),
+                   walk.html(), walk._repr_html_(), walk.steps[2]._repr_html_()]
+        assert all(NOTES not in out for out in outputs)
+    cited = {s.title.split(".")[0]: s.docs for s in teach(prelayer=True).steps}
+    assert cited["1"].startswith("§2") and cited["1b"] == "§6" and cited["2"] == "§4.2"
+    assert "§4.3" in cited["3"] and "§4.4" in cited["4"] and "§4.5" in cited["6"]
+
+
+def test_cli_outputs_never_mention_math_md(tmp_path, capsys):
+    for fmt in ("text", "markdown", "html"):
+        assert main(["teach", "--format", fmt]) == 0
+        assert main(["teach", "--format", fmt, "--prelayer", "--out", str(tmp_path / fmt)]) == 0
+    assert NOTES not in capsys.readouterr().out
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert NOTES not in path.read_text()
+
+
+# --- the theorem first ---------------------------------------------------------------------------
+
+def test_the_theorem_and_the_plan_come_first_in_every_format(tmp_path):
+    walk = teach()
+    for out in (walk.text(), walk.markdown()):
+        theorem = out.index("Theorem 1 (memorization capacity")
+        assert theorem < out.index("T = H(k − 1) + 1") < out.index("1. The data and the assumptions")
+        assert "Θ(H d (d_h + d_v))" in out and "A1" in out[:out.index("1. The data")]
+        plan = out[theorem:out.index("1. The data")]
+        assert all(word in plan for word in ("Claim 1", "Lemma 3", "rank-one separator", "saturates",
+                                             "rank Z = H(k − 1) + 1 = T", "linear readout"))
+    page = _page(tmp_path)
+    body = page[page.index("<body"):]
+    assert body.index("id='theorem'") < body.index("class='step'")
+    parser = _parse(page)
+    headings = [attrs.get("id") or tag for tag, attrs in parser.tags if tag in ("h1", "h2", "section")]
+    assert headings[:3] == ["h1", "theorem", "h2"]
+    theorem = page[page.index("id='theorem'"):page.index("</section>", page.index("id='theorem'"))]
+    display = [ET.fromstring(m) for m in _fragments(theorem, "math") if "display='block'" in m]
+    assert "".join(_text(display[0]).split()) == "T=H(k−1)+1"
+    assert any("".join(_text(ET.fromstring(m)).split()) == "Θ(Hd(dh+dv))" for m in _fragments(theorem, "math"))
+    assert f"href='{ARXIV}'" in theorem
+
+
+# --- formulas ----------------------------------------------------------------------------------
+
+def test_the_formula_notation_renders_as_unicode_and_as_mathml():
+    assert math_text("W_1 = U (X_S^T X_S)^-1 X_S^T") == "W₁ = U (X_Sᵀ X_S)⁻¹ X_Sᵀ"
+    assert math_text("ℓ^(t) = log s^(t)") == "ℓ⁽ᵗ⁾ = log s⁽ᵗ⁾"
+    assert math_text("G_{h+1}") == "G_(h+1)" and math_text("σ_min(M)") == "σ_min(M)"
+    assert math_text("C = Z'_S (Z'_A)^+") == "C = Z′_S (Z′_A)⁺" and math_text("\\bar{Z}_A") == "Z̄_A"
+    assert math_text("x^(T)") == "x^(T)"                    # not x⁽ᵀ⁾, which reads as a transpose
+    assert rich_text("so $j^*(t)$ = 2") == "so j*(t) = 2"
+    m = ET.fromstring(mathml("W_1 = U (X_S^T X_S)^-1 X_S^T"))
+    assert m.tag == "math" and [e.tag for e in m.iter("msubsup")] == ["msubsup", "msubsup"]
+    inverse = [e for e in m.iter("msup") if "".join(_text(e[1]).split()) == "−1"]
+    assert len(inverse) == 1 and _text(inverse[0][0]).startswith("(")
+    assert ET.fromstring(mathml("\\bar{Z}_A")).find(".//msub/mover") is not None
+    spaced = ET.fromstring(mathml("rank Z"))                  # a word and its argument do not touch
+    assert [e.tag for e in spaced[0]] == ["mi", "mspace", "mi"]
+    with pytest.raises(ValueError):
+        mathml("G_{h+1")
+    with pytest.raises(ValueError):
+        rich_text("an $unbalanced formula")
+
+
+def test_html_formulas_are_well_formed_mathml_and_no_raw_ascii_remains(tmp_path):
+    page = _page(tmp_path, "--rational")
+    maths = _fragments(page, "math")
+    assert len(maths) > 60
+    for fragment in maths:
+        el = ET.fromstring(fragment)
+        assert el.tag == "math" and {e.tag for e in el.iter()} <= MATHML_ELEMENTS, fragment
+    texts = {"".join(_text(ET.fromstring(m)).split()) for m in maths}
+    assert {"W1=U(XSTXS)−1XST", "σmin(M)", "C=ZS′(ZA′)+", "F=CZ¯A"} <= texts
+    prose = " ".join(_parse(page).prose)
+    for raw in ("^T", "^{", "_{", "(X_S", "σ_min", "W_1", "s^(t)", "E^(t)"):
+        assert raw not in prose, raw
+    assert "http" not in "".join(maths)
+
+
+# --- the page: one self-contained file, usable with and without the script ---------------------
+
+def test_html_is_one_self_contained_page_with_figures(tmp_path):
+    page = _page(tmp_path)
+    parser = _parse(page)
+    sections = [attrs for tag, attrs in parser.tags if tag == "section"]
+    assert len(sections) == 7 and [s.get("class") for s in sections].count("step") == 6
+    assert len(_fragments(page, "svg")) == 5
+    for tag, attrs in parser.tags:                          # nothing is fetched from outside
+        assert tag not in ("link", "img", "iframe", "object", "embed")
+        assert "src" not in attrs, (tag, attrs)
+        for name in ("href", "xlink:href"):
+            if name in attrs:
+                assert attrs[name].startswith("#") or attrs[name] == ARXIV, attrs[name]
+    assert "@import" not in page and not re.search(r"url\((?!#)", page)
+    outside = re.sub(r"xmlns='http://www\.w3\.org/2000/svg'", "", page).replace(ARXIV, "")
+    assert "http" not in outside and "//" not in re.sub(r"<script>.*?</script>", "", outside, flags=re.S)
+    for needle in ("Claim 1", "Lemma 3", "explicit bound", "Rank of Z after each head", "Singular values of Z",
+                   "attention weights"):
         assert needle in page
+    steps = [a for t, a in parser.tags if t == "section" and a.get("class") == "step"]
+    refs = [a for t, a in parser.tags if t == "a" and a.get("href") == ARXIV]
+    assert len(refs) >= len(steps) + 1                      # every step, and the theorem, link the paper
 
 
-def test_markdown_and_text_and_jupyter_reprs(capsys):
+def test_the_step_view_is_progressive_enhancement(tmp_path):
+    page = _page(tmp_path)
+    parser = _parse(page)
+    by_id = {a["id"]: (t, a) for t, a in parser.tags if "id" in a}
+    assert "hidden" in by_id["controls"][1]                  # without the script: no dead buttons ...
+    steps = [a for t, a in parser.tags if t == "section" and a.get("class") == "step"]
+    assert [a["id"] for a in steps] == [f"step-{i}" for i in range(1, 7)]
+    assert all("hidden" not in a for a in steps)             # ... and every step, every number shown
+    assert {"prev", "next", "opt-all", "opt-numbers"} <= set(by_id)
+    assert by_id["opt-numbers"][0] == "input" and "checked" in by_id["opt-numbers"][1]
+    numbers = [a for t, a in parser.tags if a.get("class") == "numbers"]
+    assert len(numbers) == 5                                 # each step with matrices (not the partition)
+    script = page[page.index("<script>"):page.index("</script>")]
+    for hook in ("'controls'", "'prev'", "'next'", "'opt-all'", "'opt-numbers'", "section.step", "no-numbers",
+                 "c.hidden = false"):
+        assert hook in script
+    assert ".teach.no-numbers .numbers{display:none}" in page
+    toc = [a["href"] for t, a in parser.tags if t == "a" and a.get("href", "").startswith("#")]
+    assert toc == [f"#step-{i}" for i in range(1, 7)]
+
+
+# --- figures -----------------------------------------------------------------------------------
+
+def _size(svg: ET.Element) -> tuple[float, float]:
+    x0, y0, w, h = map(float, svg.get("viewBox").split())
+    assert (x0, y0) == (0, 0) and float(svg.get("width")) == w and float(svg.get("height")) == h
+    return w, h
+
+
+def _extent(t: ET.Element) -> tuple[float, float, float, float]:
+    """(left, right, top, bottom) of a text element, at 0.6 font sizes per character."""
+    x, y, size = float(t.get("x")), float(t.get("y")), float(t.get("font-size"))
+    width = len(_text(t)) * 0.6 * size
+    left = {"start": x, "middle": x - width / 2, "end": x - width}[t.get("text-anchor", "start")]
+    if t.get("transform"):                                   # rotate(±90 x y): runs vertically
+        angle, cx, cy = map(float, re.fullmatch(r"rotate\((\S+) (\S+) (\S+)\)", t.get("transform")).groups())
+        assert abs(angle) == 90 and (cx, cy) == (x, y) and t.get("text-anchor") == "middle"
+        return x - size, x + size, y - width / 2, y + width / 2
+    return left, left + width, y - size, y + 0.3 * size
+
+
+def _check_svg(fragment: str) -> ET.Element:
+    """Well-formed, a viewBox, every text inside it, and a title that is drawn."""
+    svg = ET.fromstring(fragment)
+    w, h = _size(svg)
+    texts = list(svg.iter(f"{SVG}text"))
+    for t in texts:
+        left, right, top, bottom = _extent(t)
+        assert 0 <= left and right <= w and 0 <= top and bottom <= h, (_text(t), (left, right, top, bottom), (w, h))
+    title = svg.find(f"{SVG}title").text
+    assert _text(texts[0]) == title and float(texts[0].get("font-size")) >= 13
+    assert svg.find(f"{SVG}desc").text
+    return svg
+
+
+def _numbers(texts, **attrs) -> list[float]:
+    out = []
+    for t in texts:
+        if all(t.get(k) == v for k, v in attrs.items()) and not t.get("transform"):
+            s = _text(t).translate(str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻", "0123456789-"))
+            if re.fullmatch(r"-?\d+(\.\d+)?", s):
+                out.append(float(s))
+    return out
+
+
+@pytest.mark.parametrize("options", [[], ["--shared"], ["--prelayer"], ["--heads", "4", "--context", "4",
+                                                                          "--dim", "5"]])
+def test_figures_are_complete_readable_svg(tmp_path, options):
+    page = _page(tmp_path, *options)
+    walk_H = int(options[1]) if options[:1] == ["--heads"] else 3
+    figures = [_check_svg(f) for f in _fragments(page, "svg")]
+    assert len(figures) == walk_H + 2
+    for svg in figures:
+        title = svg.find(f"{SVG}title").text
+        texts = list(svg.iter(f"{SVG}text"))
+        rotated = [_text(t) for t in texts if t.get("transform")]
+        assert rotated, f"{title}: no y-axis label"
+        if title.startswith("Head"):
+            _check_heat_map(svg, texts)
+        else:
+            y_ticks = _numbers(texts, **{"text-anchor": "end"})
+            x_ticks = _numbers(texts, **{"text-anchor": "middle", "font-size": "12"})
+            assert len(y_ticks) >= 3 and len(x_ticks) >= 3, title
+            axis_labels = [_text(t) for t in texts if float(t.get("font-size")) == 13 and not t.get("transform")]
+            assert len(axis_labels) == 1, title                  # an x-axis label
+    rank, sv = figures[-2], figures[-1]
+    _check_rank(rank, walk_H)
+    texts = list(sv.iter(f"{SVG}text"))
+    assert any("log scale" in _text(t) for t in texts if t.get("transform"))      # the y axis is the log one
+    assert not any("log scale" in _text(t) for t in texts if not t.get("transform"))
+    ticks = sorted(_numbers(texts, **{"text-anchor": "end"}))
+    assert all(b / a > 1.5 for a, b in zip(ticks, ticks[1:]))  # log-spaced tick values
+
+
+def _check_heat_map(svg, texts):
+    w, _ = _size(svg)
+    cells = [r for r in svg.iter(f"{SVG}rect") if r.get("fill", "").startswith("rgb(")]
+    left = min(float(r.get("x")) for r in cells)
+    right = max(float(r.get("x")) + float(r.get("width")) for r in cells)
+    assert right - left >= 240                               # the grid itself, not just the page, is wide
+    ids = {g.get("id") for g in svg.iter(f"{SVG}linearGradient")}
+    scale = [r for r in svg.iter(f"{SVG}rect") if r.get("fill", "").startswith("url(#")]
+    assert len(scale) == 1 and scale[0].get("fill")[5:-1] in ids      # a colour scale ...
+    assert {0, 0.5, 1} <= set(_numbers(texts, **{"font-size": "12", "text-anchor": "middle"}))  # ... with values
+    labels = [_text(t) for t in texts]
+    assert "token j of the context" in labels and "example t" in labels
+    assert any("attention weight" in s for s in labels) and "fit" in labels
+
+
+def _check_rank(svg, H):
+    lines = list(svg.iter(f"{SVG}polyline"))
+    assert len(lines) == 2
+    measured, reference = lines                              # the dashed reference is drawn last: on top
+    assert reference.get("stroke-dasharray") and not measured.get("stroke-dasharray")
+    assert float(measured.get("stroke-width")) >= 2.5 * float(reference.get("stroke-width"))
+    assert len(measured.get("points").split()) == len(reference.get("points").split()) == H
+    legend = [_text(t) for t in svg.iter(f"{SVG}text")]
+    assert "rank of Z (measured)" in legend and any(s.startswith("h(k−1)+1") for s in legend)
+
+
+def test_figure_functions_fit_their_text_for_many_sizes():
+    rng = np.random.default_rng(0)
+    for T, n in ((3, 2), (7, 3), (13, 4), (25, 5), (41, 9)):
+        S = rng.dirichlet(np.ones(n), T)
+        _check_svg(attention_figure(S, 12, range(T // 2, T), np.arange(T) < T // 2, rng.integers(0, n, T)))
+    for ranks, k in (([2], 2), ([3, 5, 7], 3), ([9, 17, 25, 33, 41, 49, 57, 65, 73, 81, 89, 97, 105], 9)):
+        _check_svg(rank_figure(ranks, k))
+    for s in (np.array([1.0]), np.logspace(2, -9, 30), np.array([0.51, 0.5])):
+        _check_svg(singular_value_figure(s))
+
+
+# --- Markdown and text -------------------------------------------------------------------------
+
+def test_markdown_with_out_writes_the_figures_it_links(tmp_path, capsys):
+    assert main(["teach", "--format", "markdown", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    md = (tmp_path / "teach.md").read_text()
+    links = re.findall(r"!\[([^\]]+)\]\(([^)]+)\)", md)
+    assert [path for _, path in links] == [f"teach-figure-{i}.svg" for i in range(1, 6)]
+    for title, path in links:
+        svg = _check_svg((tmp_path / path).read_text())      # relative to teach.md, and a real figure
+        assert svg.find(f"{SVG}title").text == title
+        assert f"wrote {tmp_path / path}" in printed
+    assert f"wrote {tmp_path / 'teach.md'} (6 steps, 5 figures linked)" in printed
+    assert "written only with" not in md
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["teach-figure-1.svg", "teach-figure-2.svg",
+                                                         "teach-figure-3.svg", "teach-figure-4.svg",
+                                                         "teach-figure-5.svg", "teach.md"]
+
+
+def test_markdown_without_out_says_where_the_figures_are(capsys):
+    assert main(["teach", "--format", "markdown"]) == 0
+    md = capsys.readouterr().out
+    assert "![" not in md and ".svg" not in md.replace("SVG files", "")
+    assert "figures are written only with `--out DIR`" in md
+    assert md.index("written only with") < md.index("### 1. The data")
+
+
+def test_markdown_and_text_and_jupyter_reprs(tmp_path, capsys):
     walk = teach()
     assert walk.markdown().startswith("# The construction") and "```" in walk.markdown()
-    assert walk._repr_html_().count("<section>") == len(walk.steps)
+    assert "j\\*(t)" in walk.markdown() and "(X_Sᵀ X_S)⁻¹" in walk.markdown()
+    assert walk._repr_html_().count("class='step'") == len(walk.steps)
     assert walk.steps[2]._repr_markdown_().startswith("### 3. Head 1")
+    assert "<figure" in walk.steps[2]._repr_html_() and "<math" in walk.steps[2]._repr_html_()
     assert main(["teach"]) == 0
     out = capsys.readouterr().out
     assert "\033[" not in out and "The readout and the final check" in out
+    assert "W₁ = U (X_Sᵀ X_S)⁻¹ X_Sᵀ" in out and "[figure: Head 2: attention weights" in out
+    assert main(["teach", "--out", str(tmp_path)]) == 0
+    assert "(6 steps, no figures: see --format html" in capsys.readouterr().out
 
 
 def test_rational_inputs_are_shown_exactly():
