@@ -854,7 +854,7 @@ def repeated_queries(heads: int = 3, context: int = 3, dim: int = 4, *, seed: in
     T = capacity(heads, context, context)
     for attempt in range(100):
         data = tokens(T, n=context, d=dim, vocabulary=context + 1, classes=min(2, dim), seed=seed + attempt)
-        shifted = data.X + data.E.mean(axis=1)
+        shifted = mean_shift(data.E, data.X)[1]                # the queries the second layer reads
         if (kruskal_rank(data.X) or 0) < min(context, T) <= (kruskal_rank(shifted) or 0):
             return data
     raise InputError(["no token dataset with repeated queries meeting A3 found in 100 draws; change the seed "
