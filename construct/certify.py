@@ -318,8 +318,8 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float) -> dict:
     One pass over the examples, head by head: each head's features are enclosed and pushed
     through its value and output maps at once, so only ``Z`` itself (for the rank) is kept whole,
     with the outputs' enclosure and the size of ``Z``'s radius; the rows run in two halves.
-    When that bounds ``max |f − y|`` above ``allowed`` on shared contexts, the outputs are enclosed
-    again in double words (:func:`construct.dword.shared_outputs`), to about ``u²``.
+    The examples whose bound exceeds ``allowed`` are enclosed again in double words
+    (:func:`construct.dword.outputs`), to about ``u²``.
     """
     T, n, d = data.E.shape
     H, d_v = weights.H, weights.d_v
@@ -357,13 +357,11 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float) -> dict:
             if X_rad is not None:
                 o_rad = enclose.up(o_rad + X_rad, 1)
         out, out_rad = enclose.matmul(o, o_rad, weights.W_D)
-        error_bound = float(enclose.up(np.abs(out - data.Y) + out_rad, 2).max())
+        bounds = enclose.up(np.abs(out - data.Y) + out_rad, 2).max(axis=1)     # per example
         # Double words take exact inputs: not after a pre-layer, whose outputs are only enclosed.
-        if not error_bound <= allowed and E_rad is None and shared_context(data.E):
-            with FLOAT64.session():
-                tight = dword.shared_outputs(data.E[0], data.X, weights.W_K, weights.W_Q, weights.W_V,
-                                             weights.W_O, weights.W_D, weights.skip, rows=FLOAT64.rows)
-            error_bound = min(error_bound, dword.error_bound(tight, data.Y), key=lambda b: (math.isnan(b), b))
+        if E_rad is None:
+            bounds = _tighter(bounds, weights, data, allowed)
+        error_bound = float(bounds.max())
         rank = _gram_rank_claim(Z, rad_norm) if Z is not None else {}
         if Z is not None and not rank:      # too ill-conditioned for the Gram matrix (σ_min² below its rounding)
             rank = _residual_rank_claim(Z, _feature_radius(weights, inputs, absE), T)
@@ -375,6 +373,22 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float) -> dict:
             hi = (out + out_rad) + 4 * enclose.U * np.abs(out) + enclose.TINY
             claims["classification"] = _margin_claim(lo, hi, labels)
     return claims
+
+
+def _tighter(bounds: np.ndarray, weights: Weights, data: Dataset, allowed: float) -> np.ndarray:
+    """The per-example bounds on ``max |f − y|``, with the examples whose float64 bound exceeds
+    ``allowed`` enclosed again in double words (:func:`construct.dword.outputs`, to about ``u²``);
+    an example keeps the smaller of its two bounds. Only those examples pay for it."""
+    again = np.flatnonzero(~(bounds <= allowed))
+    if again.size == 0:
+        return bounds
+    E = data.E[0] if shared_context(data.E) else data.E[again]
+    with FLOAT64.session():
+        tight = dword.outputs(E, data.X[again], weights.W_K, weights.W_Q, weights.W_V, weights.W_O,
+                              weights.W_D, weights.skip, rows=FLOAT64.rows)
+    bounds = bounds.copy()
+    bounds[again] = np.fmin(bounds[again], dword.row_bounds(tight, data.Y[again]))
+    return bounds
 
 
 # Shifts the rank claim tries: a fraction of the estimated σ_min(Z)², then smaller ones.

@@ -227,7 +227,8 @@ _X_SLICES, _LO_SLICES = 5, 3
 
 
 def exact_matmul(X: np.ndarray, A: DW) -> DW:
-    """``X·A`` (X float64 (T, k), A a double word (k, m)) as a double word.
+    """``X·A`` (X float64 (…, T, k), A a double word (…, k, m)) as a double word; leading axes
+    are batch axes, broadcast as by ``@``.
 
     ``X`` is cut into five slices by row and ``A.hi`` into five, ``A.lo`` into three, by column
     (:func:`_slices`). A product of two slices is a sum of at most 256 terms, each a multiple of
@@ -237,8 +238,9 @@ def exact_matmul(X: np.ndarray, A: DW) -> DW:
     (``2^-110`` of each row's or column's largest entry) and ``A.rad`` are bounded by products of
     magnitudes.
     """
-    T, k = X.shape
-    hi = np.zeros((T, A.hi.shape[1]))
+    T, k = X.shape[-2:]
+    shape = np.broadcast_shapes(X.shape[:-2], A.hi.shape[:-2]) + (T, A.hi.shape[-1])
+    hi = np.zeros(shape)
     lo = np.zeros_like(hi)
     lo_err = np.zeros_like(hi)
     rest = np.zeros_like(hi)
@@ -246,9 +248,9 @@ def exact_matmul(X: np.ndarray, A: DW) -> DW:
     under = 0.0                                               # what underflow may take
     for k0 in range(0, k, _TERMS):                            # more terms: 256 at a time
         ks = slice(k0, min(k, k0 + _TERMS))
-        xs, x_rest = _slices(X[:, ks], 1, _X_SLICES)
-        a_hi, a_hi_rest = _slices(A.hi[ks, :], 0, _X_SLICES)
-        a_lo, a_lo_rest = _slices(A.lo[ks, :], 0, _LO_SLICES)
+        xs, x_rest = _slices(X[..., ks], -1, _X_SLICES)
+        a_hi, a_hi_rest = _slices(A.hi[..., ks, :], -2, _X_SLICES)
+        a_lo, a_lo_rest = _slices(A.lo[..., ks, :], -2, _LO_SLICES)
         for xp in xs:
             for ap in a_hi + a_lo:
                 P = xp @ ap                                   # exact, barring overflow and underflow
@@ -258,9 +260,10 @@ def exact_matmul(X: np.ndarray, A: DW) -> DW:
                 sums += 1
         # below the normal range a product loses up to TINY per term
         under += len(xs) * len(a_hi + a_lo) * (ks.stop - ks.start) * TINY
-        absX = np.abs(X[:, ks]) + np.abs(x_rest)              # ≥ |Σ slices of X|
-        a_mag = (np.abs(A.hi[ks, :]) + np.abs(A.lo[ks, :]) + A.rad[ks, :]) * _STD
-        rest += (np.abs(x_rest) @ a_mag + absX @ ((np.abs(a_hi_rest) + np.abs(a_lo_rest)) * _STD + A.rad[ks, :]))
+        absX = np.abs(X[..., ks]) + np.abs(x_rest)            # ≥ |Σ slices of X|
+        a_mag = (np.abs(A.hi[..., ks, :]) + np.abs(A.lo[..., ks, :]) + A.rad[..., ks, :]) * _STD
+        rest += (np.abs(x_rest) @ a_mag
+                 + absX @ ((np.abs(a_hi_rest) + np.abs(a_lo_rest)) * _STD + A.rad[..., ks, :]))
     rad = (rest * (1 + 2 * (k + 2) * U) + k * TINY + under + U * lo_err * (1 + 2 * (sums + 2) * U)) * _STD
     # An overflow (of a partial sum, even where the exact product is small) proves nothing.
     rad = np.where(np.isfinite(hi) & np.isfinite(lo) & np.isfinite(rad), rad, np.inf)
@@ -277,6 +280,91 @@ def matmul(A: DW, B: DW) -> DW:
     return acc
 
 
+def _value_maps(W_V, W_O, W_D) -> DW:
+    """``W_V,h W_O,h W_D`` (H, d, d_o) in double words, term by term."""
+    H, _, d_v = W_V.shape
+    dw = DW.exact
+    P = matmul(dw(W_O.reshape(H, d_v, -1)), dw(np.broadcast_to(W_D, (H,) + W_D.shape)))   # (H, d_v, d_o)
+    return matmul(dw(W_V), P)
+
+
+def _columns(M: DW, hs: slice) -> DW:
+    """The heads ``hs`` of ``M`` (H, a, b) side by side: (a, |hs|·b)."""
+    return DW(*(np.concatenate(list(getattr(M, f)[hs]), axis=1) for f in ("hi", "lo", "rad")))
+
+
+def _attend(L: DW, c: DW) -> DW:
+    """``Σ_j exp(ℓ_j − m) c_j / Σ_j exp(ℓ_j − m)``: the logits ``L`` (rows, heads, n), the values
+    ``c`` (heads, n, d_o) or (rows, heads, n, d_o); one division per example and head."""
+    n = L.hi.shape[-1]
+    m = L.hi.max(axis=-1, keepdims=True)
+    s, e = two_sum(L.hi, -np.broadcast_to(m, L.hi.shape))
+    g = e + L.lo
+    y = exp(DW(s, g, (L.rad + U * np.abs(g)) * _STD))                                 # exp(ℓ − m)
+    den = y[..., 0]
+    num = mul(y[..., 0, None], c[..., 0, :])
+    for j in range(1, n):
+        den = add(den, y[..., j])
+        num = add(num, mul(y[..., j, None], c[..., j, :]))                             # (rows, heads, d_o)
+    return div(num, den[..., None])
+
+
+def _sum_heads(acc: DW, f: DW) -> DW:
+    for i in range(f.hi.shape[1]):
+        acc = add(acc, f[:, i, :])
+    return acc
+
+
+def outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: bool, rows=None,
+            heads_per_block: int = 16) -> DW:
+    """The exact model's outputs (T, d_o) as double words; ``E`` is one shared context (n, d)
+    (:func:`shared_outputs`) or one context per example (T, n, d).
+
+    Per example: ``N_h = W_Q,h W_K,h^T`` (d, d) by exact slice products; ``w_h(t) = x(t)^T N_h``
+    by exact slice products over all the examples at once, then the logits ``E^(t) w_h(t)`` by
+    exact slice products per example (batched); the values ``E^(t) (W_V,h W_O,h W_D)`` likewise;
+    the softmax as on a shared context. ``rows(fn, T)`` as in :func:`shared_outputs`.
+    """
+    if E.ndim == 2:
+        return shared_outputs(E, X, W_K, W_Q, W_V, W_O, W_D, skip, rows, heads_per_block)
+    T, n, d = E.shape
+    H = W_V.shape[0]
+    N = exact_matmul(W_Q, DW.exact(np.swapaxes(W_K, 1, 2)))                           # (H, d, d)
+    C = _value_maps(W_V, W_O, W_D)                                                     # (H, d, d_o)
+    d_o = W_D.shape[1]
+    out = DW.exact(np.zeros((T, d_o)))
+
+    def part(lo: int, hi: int) -> None:
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):   # per thread: non-finite is unproven
+            for r0 in range(lo, hi, _BLOCK_ROWS):
+                _rows(r0, min(hi, r0 + _BLOCK_ROWS))
+
+    def _rows(lo: int, hi: int) -> None:
+        R = hi - lo
+        Er, Xr = E[lo:hi], X[lo:hi]
+        acc = DW.exact(np.zeros((R, d_o)))
+        for h0 in range(0, H, heads_per_block):
+            hs = slice(h0, min(H, h0 + heads_per_block))
+            b = hs.stop - hs.start
+            w = exact_matmul(Xr, _columns(N, hs))                                      # (R, b·d)
+            w = DW(*(v.reshape(R, b, d).transpose(0, 2, 1) for v in (w.hi, w.lo, w.rad)))
+            L = exact_matmul(Er, w)                                                    # (R, n, b)
+            L = DW(*(v.transpose(0, 2, 1) for v in (L.hi, L.lo, L.rad)))               # (R, b, n)
+            c = exact_matmul(Er.reshape(R * n, d), _columns(C, hs))                    # (R·n, b·d_o)
+            c = DW(*(v.reshape(R, n, b, d_o).transpose(0, 2, 1, 3) for v in (c.hi, c.lo, c.rad)))
+            acc = _sum_heads(acc, _attend(L, c))
+        if skip:
+            acc = add(acc, matmul(DW.exact(Xr[None]), DW.exact(W_D[None]))[0])
+        out.hi[lo:hi], out.lo[lo:hi], out.rad[lo:hi] = acc.hi, acc.lo, acc.rad
+
+    (rows or (lambda fn, count: [fn(0, count)]))(part, T)
+    return out
+
+
+# Examples per block of the per-example route (bounds its working memory).
+_BLOCK_ROWS = 256
+
+
 def shared_outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: bool, rows=None,
                    heads_per_block: int = 16) -> DW:
     """The exact model's outputs (T, d_o) on one shared context ``E`` (n, d), as double words.
@@ -288,13 +376,12 @@ def shared_outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: 
     parallel, for instance); by default one block.
     """
     T, d = X.shape
-    H, _, d_v = W_V.shape
+    H = W_V.shape[0]
     n = E.shape[0]
     dw = DW.exact
     B = matmul(dw(np.swapaxes(W_K, 1, 2)), dw(np.broadcast_to(E.T, (H, d, n))))           # (H, d_h, n)
     A = matmul(dw(W_Q), B)                                                                 # (H, d, n)
-    P = matmul(dw(W_O.reshape(H, d_v, -1)), dw(np.broadcast_to(W_D, (H,) + W_D.shape)))   # (H, d_v, d_o)
-    C = matmul(dw(np.broadcast_to(E, (H, n, d))), matmul(dw(W_V), P))                      # (H, n, d_o)
+    C = matmul(dw(np.broadcast_to(E, (H, n, d))), _value_maps(W_V, W_O, W_D))             # (H, n, d_o)
     d_o = W_D.shape[1]
     out = DW.exact(np.zeros((T, d_o)))
 
@@ -306,24 +393,10 @@ def shared_outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: 
         Xr = X[lo:hi, ...]
         acc = DW.exact(np.zeros((hi - lo, d_o)))
         for h0 in range(0, H, heads_per_block):
-            hs = list(range(h0, min(H, h0 + heads_per_block)))
-            A_blk = DW(*(np.concatenate(list(getattr(A, f)[hs]), axis=1) for f in ("hi", "lo", "rad")))
-            L = exact_matmul(Xr, A_blk)                                                    # (rows, |hs|·n)
-            L = DW(*(v.reshape(hi - lo, len(hs), n) for v in (L.hi, L.lo, L.rad)))
-            m = L.hi.max(axis=2, keepdims=True)
-            s, e = two_sum(L.hi, -np.broadcast_to(m, L.hi.shape))
-            g = e + L.lo
-            y = exp(DW(s, g, (L.rad + U * np.abs(g)) * _STD))                             # exp(ℓ − m)
-            den = y[..., 0]
-            for j in range(1, n):
-                den = add(den, y[..., j])
-            c = C[hs]                                                                      # (|hs|, n, d_o)
-            num = mul(y[..., 0, None], c[None, :, 0, :])
-            for j in range(1, n):
-                num = add(num, mul(y[..., j, None], c[None, :, j, :]))                     # (rows, |hs|, d_o)
-            f = div(num, den[..., None])
-            for i in range(len(hs)):
-                acc = add(acc, f[:, i, :])
+            hs = slice(h0, min(H, h0 + heads_per_block))
+            L = exact_matmul(Xr, _columns(A, hs))                                          # (rows, |hs|·n)
+            L = DW(*(v.reshape(hi - lo, hs.stop - hs.start, n) for v in (L.hi, L.lo, L.rad)))
+            acc = _sum_heads(acc, _attend(L, C[hs]))
         if skip:
             acc = add(acc, matmul(dw(Xr[None]), dw(W_D[None]))[0])
         out.hi[lo:hi], out.lo[lo:hi], out.rad[lo:hi] = acc.hi, acc.lo, acc.rad
@@ -332,9 +405,16 @@ def shared_outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: 
     return out
 
 
-def error_bound(out: DW, Y: np.ndarray) -> float:
-    """An upper bound on ``max |f − y|`` from the outputs' double words (``inf`` if not finite)."""
+def row_bounds(out: DW, Y: np.ndarray) -> np.ndarray:
+    """Per example, an upper bound on ``max_i |f_i − y_i|`` from the outputs' double words (NaN
+    where nothing is proven)."""
     s, e = two_sum(out.hi, -Y)
     g = e + out.lo
-    bound = float(np.max((np.abs(s) + np.abs(g) * _STD + out.rad) * _STD, initial=0.0))
+    bound = ((np.abs(s) + np.abs(g) * _STD + out.rad) * _STD).max(axis=1, initial=0.0)
+    return np.where(np.isfinite(bound), bound, np.nan)
+
+
+def error_bound(out: DW, Y: np.ndarray) -> float:
+    """An upper bound on ``max |f − y|`` from the outputs' double words (``inf`` if not finite)."""
+    bound = float(np.max(row_bounds(out, Y), initial=0.0))
     return bound if math.isfinite(bound) else math.inf

@@ -111,6 +111,27 @@ def test_exact_matmul_encloses_the_exact_product(seed, k, spread):
                 + 2 * float(slack)
 
 
+@settings(deadline=None, max_examples=20)
+@given(seeds, st.integers(1, 3), st.integers(1, 3), st.integers(0, 30))
+def test_batched_exact_matmul_encloses_each_product(seed, batch, k, spread):
+    # leading axes are batch axes (broadcast as by @); each product is one of the 2-D ones
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((batch, 3, k)) * np.exp2(rng.integers(-spread, spread + 1, (batch, 3, k)))
+    A = _random_dw(rng, (batch, k, 2), spread, True)
+    r = dword.exact_matmul(X, A)
+    assert r.hi.shape == (batch, 3, 2)
+    for b in range(batch):
+        for t in range(3):
+            for j in range(2):
+                exact = sum(mpmath.mpf(float(X[b, t, i])) * _value(A, (b * k + i) * 2 + j) for i in range(k))
+                got = mpmath.mpf(float(r.hi[b, t, j])) + mpmath.mpf(float(r.lo[b, t, j]))
+                slack = sum(abs(mpmath.mpf(float(X[b, t, i]))) * mpmath.mpf(float(A.rad[b, i, j])) for i in range(k))
+                # the exact product of every A within its radius lies inside
+                assert abs(exact - got) + slack <= mpmath.mpf(float(r.rad[b, t, j]))
+    one = dword.exact_matmul(X[0], A[0])                         # the same bits as the 2-D call
+    assert np.array_equal(one.hi, r.hi[0]) and np.array_equal(one.lo, r.lo[0])
+
+
 def _exact_outputs(data, w: Weights):
     p = Mpmath(300)
     with p.working():
@@ -132,6 +153,49 @@ def test_shared_outputs_enclose_the_exact_model(seed, H, n, extra, skip, d_o):
                 W_D=rng.standard_normal((d, d_o)), skip=skip)
     out = dword.shared_outputs(E, data.X, w.W_K, w.W_Q, w.W_V, w.W_O, w.W_D, skip)
     assert _encloses(out, _exact_outputs(Dataset(data_E, data.X, np.zeros((T, d_o))), w))
+
+
+@settings(deadline=None, max_examples=15)
+@given(seeds, st.integers(1, 3), st.integers(2, 4), st.integers(0, 3), st.booleans(), st.integers(1, 2))
+def test_per_example_outputs_enclose_the_exact_model(seed, H, n, extra, skip, d_o):
+    rng = np.random.default_rng(seed)
+    d, T = n + extra, 5
+    E = rng.standard_normal((T, n, d)) * np.exp2(rng.integers(-3, 4, (T, n, d)))
+    X = rng.standard_normal((T, d))
+    d_h, d_v = rng.integers(1, 4), rng.integers(1, 3)
+    w = Weights(W_K=rng.standard_normal((H, d, d_h)) * 8, W_Q=rng.standard_normal((H, d, d_h)),
+                W_V=rng.standard_normal((H, d, d_v)) * 1e6, W_O=rng.standard_normal((H * d_v, d)),
+                W_D=rng.standard_normal((d, d_o)), skip=skip)
+    out = dword.outputs(E, X, w.W_K, w.W_Q, w.W_V, w.W_O, w.W_D, skip)
+    assert _encloses(out, _exact_outputs(Dataset(E, X, np.zeros((T, d_o))), w))
+    assert np.all(out.rad <= 1e-20 * (1 + np.abs(out.hi)))     # and to about u² (weights of 1e6)
+
+
+def test_per_example_and_shared_routes_agree_on_a_shared_context():
+    data = synthetic("shared", T=3 * 5 + 1, n=6, d=8, seed=4)
+    w = build(data, 3).weights
+    args = (w.W_K, w.W_Q, w.W_V, w.W_O, w.W_D, w.skip)
+    shared, each = dword.outputs(data.E[0], data.X, *args), dword.outputs(data.E, data.X, *args)
+    assert np.all(np.abs((shared.hi - each.hi) + (shared.lo - each.lo)) <= shared.rad + each.rad)
+
+
+def test_independent_contexts_are_certified_below_float64s_own_bound():
+    # The float64 enclosure bounds this model's error by about 3e-11; the exact error is 8.6e-15.
+    data = synthetic("independent", T=3 * 5 + 1, n=6, d=8, seed=2)
+    w = build(data, 3).weights
+    assert certify(w, data, tol=1e-8, method="float64").claims["memorization"]["max_abs_error_bound"] > 1e-12
+    cert = certify(w, data, tol=1e-13, method="float64")
+    assert cert.passed and cert.claims["memorization"]["max_abs_error_bound"] <= 1e-13
+    exact = max(abs(v - mpmath.mpf(float(y))) for v, y in zip(_exact_outputs(data, w), data.Y.ravel()))
+    # (the certificate rounds its numbers up to three digits)
+    assert exact <= cert.claims["memorization"]["max_abs_error_bound"] <= 1.02 * exact + 1e-20
+    # a label moved so that the exact error there exceeds what is allowed by 1e-14 is refused
+    allowed = cert.claims["allowed"]
+    Y = data.Y.copy()
+    Y[7, 0] += allowed + 1e-14 + 1e-14
+    refused = certify(w, Dataset(data.E, data.X, Y), tol=1e-13, method="float64")
+    assert not refused.claims["memorization"]["proven"]
+    assert refused.claims["memorization"]["max_abs_error_bound"] >= allowed + 1e-14
 
 
 def test_shared_contexts_are_certified_at_1e_8_and_a_label_moved_past_it_is_not():
@@ -177,7 +241,12 @@ def test_an_overflow_in_the_logits_proves_nothing():
     w, data = _overflowing_partial_sums()
     out = dword.shared_outputs(data.E[0], data.X, w.W_K, w.W_Q, w.W_V, w.W_O, w.W_D, w.skip)
     assert dword.error_bound(out, data.Y) >= 0.5
+    each = dword.outputs(data.E, data.X, w.W_K, w.W_Q, w.W_V, w.W_O, w.W_D, w.skip)    # per example
+    assert dword.error_bound(each, data.Y) >= 0.5
     assert not certify(w, data, method="float64").claims["memorization"]["proven"]
+    X = data.X.copy()
+    X[1:] *= 0.5                                               # no longer shared: the per-example route
+    assert not certify(w, Dataset(data.E, X, data.Y), method="float64").claims["memorization"]["proven"]
 
 
 def test_exp_of_a_wide_interval_below_the_floor_is_not_clamped():
