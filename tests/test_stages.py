@@ -4,10 +4,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from construct.assumptions import a2_violations
-from construct.arith.lapack import row_factor
+from construct.arith.lapack import kato_temple_lower, row_factor
+from construct.enclose import gamma
 from construct.model import head_logits, softmax
 from construct.readout import min_norm_solve, readout_weights
 from construct.arith.factor import RowSpaceFactor
@@ -196,6 +197,65 @@ def test_row_factor_gives_the_extreme_singular_values(seed, T, log_cond):
     exact = np.linalg.svd(Z, compute_uv=False)
     assert abs(s_max - exact[0]) <= 1e-6 * exact[0]
     assert abs(s_min - exact[-1]) <= 1e-6 * exact[-1] + 1e-14
+
+
+def _with_spectrum(rng, T: int, k: int, s: np.ndarray) -> np.ndarray:
+    U, _ = np.linalg.qr(rng.standard_normal((T, T)))
+    V, _ = np.linalg.qr(rng.standard_normal((k, T)))
+    return (U * s) @ V.T
+
+
+@settings(max_examples=40)
+@given(seeds, st.integers(3, 30), st.floats(-8, -1), st.floats(-6, 0))
+def test_kato_temple_bound_lies_below_the_smallest_eigenvalue(seed, m, log_angle, log_gap):
+    # A symmetric matrix with known eigenvalues; v near its first eigenvector (up to an angle),
+    # its Rayleigh quotient and residual computed in float64 and widened by their rounding.
+    rng = np.random.default_rng(seed)
+    lam = np.sort(rng.uniform(1, 10, m))
+    lam[1] = lam[0] * (1 + 10.0 ** log_gap)
+    lam = np.sort(lam)                                       # λ_1 stays first
+    Q, _ = np.linalg.qr(rng.standard_normal((m, m)))
+    A = (Q * lam) @ Q.T
+    v = Q[:, 0] + 10.0 ** log_angle * rng.standard_normal(m)
+    v /= np.linalg.norm(v)
+    rho = float(v @ A @ v)
+    slack = 1e-13 * lam[-1]
+    residual = float(np.linalg.norm(A @ v - rho * v)) + slack
+    lower = kato_temple_lower(rho, slack, residual, lam[1] * (1 - 1e-12))
+    assert lower <= lam[0] * (1 + 1e-12)
+    # β must not exceed λ_2. For v in the span of the first two eigenvectors the bound with
+    # β = λ_2 is exactly λ_1; a β above λ_2 "proves" more than is true.
+    w = (Q[:, 0] + 0.1 * Q[:, 1]) / np.linalg.norm(Q[:, 0] + 0.1 * Q[:, 1])
+    r = float(w @ A @ w)
+    res = float(np.linalg.norm(A @ w - r * w))
+    assert abs(kato_temple_lower(r, 0.0, res, lam[1]) - lam[0]) <= 1e-9 * lam[-1]
+    assert kato_temple_lower(r, 0.0, res, 2 * lam[1]) > lam[0] + 1e-9 * lam[-1]
+
+
+def test_row_factor_keeps_the_gram_factor_by_the_a_posteriori_bound(monkeypatch):
+    # The worst-case rounding term is above GRAM_SLACK = 1e-6 of σ_min² here, so only the
+    # Kato–Temple bound can keep the Gram factor; it does, and σ_min(Z) is Z's to 1e-6.
+    import construct.arith.lapack as lapack
+    rng = np.random.default_rng(5)
+    T, k = 200, 400
+    Z = _with_spectrum(rng, T, k, np.logspace(0, -3.3, T))
+    G = Z @ Z.T
+    exact = np.linalg.svd(Z, compute_uv=False)
+    worst = (gamma(k) * np.trace(G) + gamma(T + 1) * np.trace(G)) / exact[-1] ** 2
+    assert lapack.GRAM_SLACK < worst < lapack.POSTERIORI_REACH / 10
+    calls = []
+    real = lapack._rayleigh_sigma_min
+    monkeypatch.setattr(lapack, "_rayleigh_sigma_min", lambda *a: calls.append(real(*a)) or calls[-1])
+    R, (s_max, s_min) = row_factor(Z)
+    assert calls and calls[0] is not None                      # kept by the a posteriori bound
+    assert np.all(np.diag(R) > 0) and np.allclose(R.T @ R, G, atol=1e-12)
+    assert abs(s_min - exact[-1]) <= 1e-6 * exact[-1]
+    # The answer is Z's, not the factor's: from a factor whose σ_min is off by 1e-3, what comes
+    # back (if anything) is still σ_min(Z) to 1e-6.
+    bad = np.linalg.cholesky(G).T
+    bad[-1, -1] *= 1 - 1e-3
+    got = real(Z, bad, 1e-3 * exact[-1] ** 2, float(np.trace(G)))
+    assert got is None or abs(got - exact[-1]) <= 1e-6 * exact[-1]
 
 
 @pytest.mark.parametrize("log_cond", [2, 10])

@@ -14,11 +14,14 @@ EPS = float(np.finfo(np.float64).eps)
 # Below this size a dense SVD of the triangular factor is cheap; above, Lanczos (ARPACK).
 _DENSE_SVD_LIMIT = 600
 
-# row_factor keeps the Cholesky factor of the Gram matrix only while the rounding of forming and
-# factoring it moves σ_min(Z)² by at most this fraction (σ_min(Z) to about 5e-7, relative). The
-# bound is a worst case: at T = 7937 (H = 256, n = 32, d = 64) it is 3.6e-6, so that problem
-# takes the QR, although there the two routes' σ_min(Z) came out 2e-15 apart.
+# row_factor keeps the Cholesky factor of the Gram matrix only while σ_min(Z)² is known to within
+# this fraction (σ_min(Z) to about 5e-7, relative): either because the rounding of forming and
+# factoring it (a worst case) moves σ_min² by less, or by the a posteriori bound of
+# _rayleigh_sigma_min. The worst case alone is too pessimistic at scale: at T = 7937 (H = 256,
+# n = 32, d = 64) it is 3.6e-6, although there the Gram and QR routes' σ_min(Z) agree to 2e-15.
 GRAM_SLACK = 1e-6
+# ... and tries the a posteriori bound while the worst case is below this fraction of σ_min².
+POSTERIORI_REACH = 1e-3
 # Relative accuracy of row_factor's Lanczos on its Gram factor's extremes: far inside GRAM_SLACK.
 EXTREMES_TOL = 1e-10
 # Rows of Z that row_factor looks at first, to skip a Gram matrix that would be rejected.
@@ -95,10 +98,11 @@ def row_factor(Z: np.ndarray) -> tuple[np.ndarray, tuple[float, float]]:
     extreme singular values ``(σ_max, σ_min)`` of ``Z``.
 
     Tries the Cholesky factor of the Gram matrix first (about a third of a QR of ``Z^T``), and
-    keeps it only when rounding provably cannot matter: forming ``Z Z^T`` moves it by at most
+    keeps it only when rounding cannot matter: forming ``Z Z^T`` moves it by at most
     ``γ_k ‖Z‖_F²`` and Cholesky by at most ``γ_{T+1} ‖R‖_F²`` (Higham, Thm 10.3, in 2-norm), so
     by Weyl ``σ_min(R)²`` is within ``δ`` of ``σ_min(Z)²``; accepted when ``δ ≤ GRAM_SLACK ·
-    σ_min(R)²``. Otherwise (ill-conditioned ``Z``, Cholesky breakdown) the QR of ``Z^T``.
+    σ_min(R)²``, or when the a posteriori bound of :func:`_rayleigh_sigma_min` pins ``σ_min(Z)²``
+    down to that fraction. Otherwise (ill-conditioned ``Z``, Cholesky breakdown) the QR of ``Z^T``.
     Two cheap tests skip the Gram when it would be rejected anyway: a few rows of ``Z`` (before
     forming it) and a condition estimate (before the extremes).
     """
@@ -117,12 +121,87 @@ def row_factor(Z: np.ndarray) -> tuple[np.ndarray, tuple[float, float]]:
                 # Cheap rejection first: LAPACK's estimate is a lower bound on ‖R^{-1}‖_1, so
                 # σ_min(R) ≤ sqrt(T) / estimate = sqrt(T) · rcond · ‖R‖_1.
                 rcond, _ = sla.lapack.dtrcon(R, norm="1")
-                if delta <= GRAM_SLACK * T * (rcond * np.abs(R).sum(axis=0).max()) ** 2:
+                if delta <= POSTERIORI_REACH * T * (rcond * np.abs(R).sum(axis=0).max()) ** 2:
                     s_max, s_min = triangular_extremes(R, EXTREMES_TOL)
                     if delta <= GRAM_SLACK * s_min**2:
                         return R, (s_max, s_min)
+                    if delta <= POSTERIORI_REACH * s_min**2:
+                        refined = _rayleigh_sigma_min(Z, R, delta, trace)
+                        if refined is not None:
+                            return R, (s_max, refined)
         R = qr_r(Z.T)
         return R, triangular_extremes(R, EXTREMES_TOL) if R.shape[0] == R.shape[1] else (0.0, 0.0)
+
+
+def _smallest_pair(R: np.ndarray) -> tuple[np.ndarray, float]:
+    """For upper-triangular ``R``: an eigenvector of ``R^T R`` for its smallest eigenvalue, and an
+    estimate of its second smallest eigenvalue (dense SVD when small, else Lanczos on
+    ``(R^T R)^{-1}``, to :data:`EXTREMES_TOL`)."""
+    m = R.shape[0]
+    if m <= _DENSE_SVD_LIMIT:
+        _, s, vt = sla.svd(np.triu(R), check_finite=False)
+        return vt[-1], float(s[-2]) ** 2
+    R = np.asfortranarray(R)
+    trsv = sla.blas.dtrsv
+    inv = spla.LinearOperator((m, m), matvec=lambda v: trsv(R, trsv(R, v, trans=1)), dtype=np.float64)
+    with scipy_threads(blas_threads()):
+        vals, vecs = spla.eigsh(inv, k=2, which="LA", v0=np.ones(m) / np.sqrt(m), tol=EXTREMES_TOL)
+    first, second = np.argsort(vals)[::-1]
+    return vecs[:, first], float(1.0 / vals[second])
+
+
+def kato_temple_lower(rho: float, rho_err: float, residual: float, beta: float) -> float:
+    """A lower bound on the smallest eigenvalue ``λ_1`` of a symmetric matrix, given a unit
+    vector's Rayleigh quotient within ``rho_err`` of ``rho``, its residual norm
+    ``‖A v − ρ v‖ ≤ residual`` and ``beta ≤ λ_2`` above the quotient (Kato–Temple:
+    ``λ_1 ≥ ρ − residual²/(beta − ρ)``, taken at the interval's worse ends); ``-inf`` when
+    ``beta`` does not lie above ``rho + rho_err``."""
+    if not beta > rho + rho_err:
+        return -np.inf
+    return (rho - rho_err) - residual ** 2 / (beta - rho - rho_err)
+
+
+def _rayleigh_sigma_min(Z: np.ndarray, R: np.ndarray, delta: float, trace: float) -> float | None:
+    """``σ_min(Z)`` from the Gram factor ``R`` (``R^T R`` within ``delta`` of ``Z Z^T`` in 2-norm,
+    ``trace`` that of ``fl(Z Z^T)``) when an a posteriori bound pins it to :data:`GRAM_SLACK`;
+    otherwise None.
+
+    ``R``'s smallest eigenvector ``v`` (two steps of inverse iteration after Lanczos) is a near
+    eigenvector of ``Z Z^T`` itself: its Rayleigh quotient ``ρ = ‖Z^T v‖²`` bounds ``σ_min(Z)²``
+    from above, and Kato–Temple's inequality bounds it from below by ``ρ − ε²/(β − ρ)``, where
+    ``ε = ‖Z Z^T v − ρ v‖`` is computed with ``Z`` and ``β = λ_2(R^T R) − δ ≤ λ_2(Z Z^T)`` (Weyl).
+    The bound is second order in ``ε``: where the worst case ``δ`` is ``10⁻⁶`` of ``σ_min²``,
+    the residual leaves about ``10⁻¹²/gap``. The matrix-vector products' rounding is added to
+    ``ε`` and to ``ρ`` from norms (``‖Z‖₂ ≤ ‖Z‖_F``); ``β`` rests on Lanczos, as ``σ_min(R)``
+    itself does.
+    """
+    T, k = Z.shape
+    v, second = _smallest_pair(R)
+    Rf = np.asfortranarray(R)
+    for _ in range(2):                                   # inverse iteration: R^T R x = v
+        v = sla.blas.dtrsv(Rf, sla.blas.dtrsv(Rf, v, trans=1))
+        v = v / np.linalg.norm(v)
+    if not np.all(np.isfinite(v)):
+        return None
+    nv = float(np.linalg.norm(v))
+    fro = np.sqrt(trace * (1 + 2 * gamma(k))) * (1 + EPS)             # ≥ ‖Z‖_F ≥ ‖Z‖₂
+    with scipy_threads(blas_threads()):
+        t = Z.T @ v
+        w = Z @ t
+    nt = float(np.linalg.norm(t)) * (1 + gamma(k))
+    e_t = gamma(T) * fro * nv * (1 + gamma(T))                        # ≥ ‖fl(Z^T v) − Z^T v‖
+    rho = nt ** 2 / nv ** 2                                           # ≈ the Rayleigh quotient
+    rho_err = ((2 * nt + e_t) * e_t / nv ** 2 + 4 * (gamma(k) + gamma(T)) * rho) * (1 + 8 * EPS)
+    r = w - rho * v
+    # ‖Z Z^T v − ρ_exact v‖ ≤ ‖fl(w − ρ v)‖ + (rounding of w − ρ v) + ‖fl(Z t) − Z t‖ + ‖Z‖‖t − Z^T v‖ + |ρ − ρ_exact|
+    eps = (float(np.linalg.norm(r)) * (1 + gamma(T)) + EPS * (float(np.linalg.norm(w)) + 2 * rho * nv)
+           + gamma(k) * fro * nt + fro * e_t + rho_err * nv) * (1 + 8 * EPS) / nv
+    beta = second * (1 - 1e3 * EXTREMES_TOL) - delta
+    lower = kato_temple_lower(rho, rho_err, eps, beta)
+    upper = rho + rho_err
+    if not (lower > 0 and upper - lower <= GRAM_SLACK * lower):
+        return None
+    return float(np.sqrt(rho))
 
 
 def _gram_may_do(Z: np.ndarray) -> bool:
@@ -138,7 +217,7 @@ def _gram_may_do(Z: np.ndarray) -> bool:
     probe = Z[:: T // _PROBE_ROWS][:_PROBE_ROWS]
     upper = float(np.linalg.eigvalsh(probe @ probe.T)[0])
     delta = (gamma(k) + gamma(T + 1)) * float(np.einsum("ij,ij->", Z, Z))
-    return GRAM_SLACK * upper >= delta
+    return POSTERIORI_REACH * upper >= delta
 
 
 # Rows of Z per symmetric rank-k update. scipy's bundled OpenBLAS crashed (SIGSEGV) in a
