@@ -124,9 +124,7 @@ def main() -> None:
                 return f"{r['seconds']:.1f}s {r['seconds'] / f['seconds']:.2f}x" + \
                        f" {r['peak_bytes'] / z_bytes:.1f}Z"
 
-            proven = ", ".join(c["proven"]) or "nothing"
-            if "memorization" not in c["proven"]:
-                proven += f" (error bound {c['error_bound']})"
+            proven = (", ".join(c["proven"]) or "nothing") + f" (error bound {c['error_bound']})"
             print(f"{kind:<12}{H:>4}{T:>7}{z_bytes / 1e9:>7.2f}{f['seconds']:>9.1f}  "
                   f"{cell(b):>20}  {cell(v):>20}  {cell(c):>20}  {v['max_abs_error']:>9.2e}  {proven}"
                   f"  [{b['precision']}]", flush=True)
