@@ -179,6 +179,36 @@ def test_per_example_and_shared_routes_agree_on_a_shared_context():
     assert np.all(np.abs((shared.hi - each.hi) + (shared.lo - each.lo)) <= shared.rad + each.rad)
 
 
+def test_blocks_of_heads_and_examples_give_the_same_bits(monkeypatch):
+    data = synthetic("independent", T=3 * 5 + 1, n=6, d=8, seed=5)
+    w = build(data, 3).weights
+    args = (data.E, data.X, w.W_K, w.W_Q, w.W_V, w.W_O, w.W_D, w.skip)
+    whole = dword.outputs(*args)
+    monkeypatch.setattr(dword, "_BLOCK_ROWS", 4)
+    pieces = dword.outputs(*args, heads_per_block=2)
+    assert all(np.array_equal(getattr(whole, f), getattr(pieces, f)) for f in ("hi", "lo"))
+
+
+def test_only_the_examples_float64_misses_are_enclosed_again(monkeypatch):
+    # Rows within the tolerance keep their float64 bound; the others get their own double-word
+    # bound (the smaller of the two), aligned with their examples.
+    import construct.certify as certify_module
+    data = synthetic("independent", T=3 * 5 + 1, n=6, d=8, seed=2)
+    w = build(data, 3).weights
+    args = (w.W_K, w.W_Q, w.W_V, w.W_O, w.W_D, w.skip)
+    tight = dword.row_bounds(dword.outputs(data.E, data.X, *args), data.Y)
+    f64 = np.full(data.T, 1e-9)
+    f64[[2, 7, 11]] = [1e-6, np.nan, 3e-7]
+    seen = []
+    real = dword.outputs
+    monkeypatch.setattr(dword, "outputs", lambda E, X, *a, **k: seen.append(X.copy()) or real(E, X, *a, **k))
+    got = certify_module._tighter(f64, w, data, 1e-8)
+    assert len(seen) == 1 and np.array_equal(seen[0], data.X[[2, 7, 11]])
+    assert np.array_equal(got[[2, 7, 11]], tight[[2, 7, 11]])
+    others = np.setdiff1d(np.arange(data.T), [2, 7, 11])
+    assert np.array_equal(got[others], f64[others])
+
+
 def test_independent_contexts_are_certified_below_float64s_own_bound():
     # The float64 enclosure bounds this model's error by about 3e-11; the exact error is 8.6e-15.
     data = synthetic("independent", T=3 * 5 + 1, n=6, d=8, seed=2)
@@ -244,9 +274,9 @@ def test_an_overflow_in_the_logits_proves_nothing():
     each = dword.outputs(data.E, data.X, w.W_K, w.W_Q, w.W_V, w.W_O, w.W_D, w.skip)    # per example
     assert dword.error_bound(each, data.Y) >= 0.5
     assert not certify(w, data, method="float64").claims["memorization"]["proven"]
-    X = data.X.copy()
-    X[1:] *= 0.5                                               # no longer shared: the per-example route
-    assert not certify(w, Dataset(data.E, X, data.Y), method="float64").claims["memorization"]["proven"]
+    E = data.E.copy()
+    E[1:, 1, 1] = 2.0                     # no longer shared (the per-example route); f = 1/2 at example 0
+    assert not certify(w, Dataset(E, data.X, data.Y), method="float64").claims["memorization"]["proven"]
 
 
 def test_exp_of_a_wide_interval_below_the_floor_is_not_clamped():

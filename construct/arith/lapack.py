@@ -21,7 +21,10 @@ _DENSE_SVD_LIMIT = 600
 # n = 32, d = 64) it is 3.6e-6, although there the Gram and QR routes' σ_min(Z) agree to 2e-15.
 GRAM_SLACK = 1e-6
 # ... and tries the a posteriori bound while the worst case is below this fraction of σ_min².
-POSTERIORI_REACH = 1e-3
+# Beyond, the products' own rounding in the residual (about a third of the worst case) would
+# need a gap λ_2 − λ_1 above a hundredth of λ_1 for the bound to reach GRAM_SLACK, and the Gram
+# matrix would often be formed for nothing.
+POSTERIORI_REACH = 3e-4
 # Relative accuracy of row_factor's Lanczos on its Gram factor's extremes: far inside GRAM_SLACK.
 EXTREMES_TOL = 1e-10
 # Rows of Z that row_factor looks at first, to skip a Gram matrix that would be rejected.
@@ -163,28 +166,48 @@ def kato_temple_lower(rho: float, rho_err: float, residual: float, beta: float) 
 
 def _rayleigh_sigma_min(Z: np.ndarray, R: np.ndarray, delta: float, trace: float) -> float | None:
     """``σ_min(Z)`` from the Gram factor ``R`` (``R^T R`` within ``delta`` of ``Z Z^T`` in 2-norm,
-    ``trace`` that of ``fl(Z Z^T)``) when an a posteriori bound pins it to :data:`GRAM_SLACK`;
-    otherwise None.
+    ``trace`` that of ``fl(Z Z^T)``) when :func:`rayleigh_bounds` pins ``σ_min(Z)²`` to
+    :data:`GRAM_SLACK`; otherwise None."""
+    bounds = rayleigh_bounds(Z, R, delta, trace)
+    if bounds is None:
+        return None
+    lower, upper, rho = bounds
+    if not (lower > 0 and upper - lower <= GRAM_SLACK * lower):
+        return None
+    return float(np.sqrt(rho))
+
+
+def rayleigh_bounds(Z: np.ndarray, R: np.ndarray, delta: float, trace: float) -> tuple[float, float, float] | None:
+    """Bounds ``(lower, upper)`` on ``σ_min(Z)²`` and the Rayleigh quotient ``ρ`` they come from,
+    given the Gram factor ``R`` (``R^T R`` within ``delta`` of ``Z Z^T`` in 2-norm, ``trace`` that
+    of ``fl(Z Z^T)``); None where the eigensolver fails (``Z`` needs two rows or more).
 
     ``R``'s smallest eigenvector ``v`` (two steps of inverse iteration after Lanczos) is a near
-    eigenvector of ``Z Z^T`` itself: its Rayleigh quotient ``ρ = ‖Z^T v‖²`` bounds ``σ_min(Z)²``
-    from above, and Kato–Temple's inequality bounds it from below by ``ρ − ε²/(β − ρ)``, where
-    ``ε = ‖Z Z^T v − ρ v‖`` is computed with ``Z`` and ``β = λ_2(R^T R) − δ ≤ λ_2(Z Z^T)`` (Weyl).
-    The bound is second order in ``ε``: where the worst case ``δ`` is ``10⁻⁶`` of ``σ_min²``,
-    the residual leaves about ``10⁻¹²/gap``. The matrix-vector products' rounding is added to
-    ``ε`` and to ``ρ`` from norms (``‖Z‖₂ ≤ ‖Z‖_F``); ``β`` rests on Lanczos, as ``σ_min(R)``
-    itself does.
+    eigenvector of ``Z Z^T`` itself: its Rayleigh quotient ``ρ = ‖Z^T v‖²/‖v‖²`` bounds
+    ``σ_min(Z)²`` from above, and Kato–Temple's inequality bounds it from below by
+    ``ρ − ε²/(β − ρ)``, where ``ε = ‖Z Z^T v − ρ v‖/‖v‖`` is computed with ``Z`` and
+    ``β = λ_2(R^T R) − δ ≤ λ_2(Z Z^T)`` (Weyl). The bound is second order in ``ε``. The
+    matrix-vector products' rounding is added to ``ε`` and to ``ρ`` from norms
+    (``‖Z‖₂ ≤ ‖Z‖_F``); ``β`` rests on the eigensolver's ``λ_2`` (less a margin of ``10⁻⁷``), as
+    ``σ_min(R)`` itself does.
     """
     T, k = Z.shape
-    v, second = _smallest_pair(R)
+    if T < 2:
+        return None
+    try:
+        v, second = _smallest_pair(R)
+    except (np.linalg.LinAlgError, spla.ArpackError, spla.ArpackNoConvergence):
+        return None
     Rf = np.asfortranarray(R)
-    for _ in range(2):                                   # inverse iteration: R^T R x = v
-        v = sla.blas.dtrsv(Rf, sla.blas.dtrsv(Rf, v, trans=1))
-        v = v / np.linalg.norm(v)
+    with np.errstate(all="ignore"):
+        for _ in range(2):                               # inverse iteration: R^T R x = v
+            v = sla.blas.dtrsv(Rf, sla.blas.dtrsv(Rf, v, trans=1))
+            v = v / np.linalg.norm(v)
     if not np.all(np.isfinite(v)):
         return None
     nv = float(np.linalg.norm(v))
-    fro = np.sqrt(trace * (1 + 2 * gamma(k))) * (1 + EPS)             # ≥ ‖Z‖_F ≥ ‖Z‖₂
+    # trace = fl(Σ fl(g_ii)) ≥ (1 − γ_k)(1 − γ_T)‖Z‖_F², and the square root and product round
+    fro = np.sqrt(trace * (1 + 2 * gamma(k)) * (1 + 2 * gamma(T))) * (1 + 4 * EPS)    # ≥ ‖Z‖_F ≥ ‖Z‖₂
     with scipy_threads(blas_threads()):
         t = Z.T @ v
         w = Z @ t
@@ -198,10 +221,7 @@ def _rayleigh_sigma_min(Z: np.ndarray, R: np.ndarray, delta: float, trace: float
            + gamma(k) * fro * nt + fro * e_t + rho_err * nv) * (1 + 8 * EPS) / nv
     beta = second * (1 - 1e3 * EXTREMES_TOL) - delta
     lower = kato_temple_lower(rho, rho_err, eps, beta)
-    upper = rho + rho_err
-    if not (lower > 0 and upper - lower <= GRAM_SLACK * lower):
-        return None
-    return float(np.sqrt(rho))
+    return (lower, rho + rho_err, rho) if np.isfinite(rho + rho_err) else None
 
 
 def _gram_may_do(Z: np.ndarray) -> bool:
