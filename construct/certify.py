@@ -102,7 +102,7 @@ METHODS = ("auto", "float64", "interval")
 # What each method is, for people (a certificate records only the method's name).
 METHOD_DESCRIPTIONS = {
     "float64": "rigorous float64 enclosures of the exact model (IEEE-754 round-to-nearest, classical "
-               "error bounds, exp by a bounded polynomial; double words where shared contexts need them)",
+               "error bounds, exp by a bounded polynomial; double words for the examples float64 cannot settle)",
     "interval": "interval arithmetic on the exact stored weights and data (mpmath.iv, outward rounding, "
                 "exp included)",
 }
