@@ -120,11 +120,13 @@ def row_factor(Z: np.ndarray) -> tuple[np.ndarray, tuple[float, float]]:
             except np.linalg.LinAlgError:
                 R = None
             if R is not None and np.all(np.isfinite(R)):
-                delta = gamma(k) * trace + gamma(T + 1) * float(np.einsum("ij,ij->", R, R))
+                # ‖R‖_F² = tr(R^T R) ≤ tr(G)/(1 − γ_{T+1}) (the diagonal of Cholesky's backward
+                # error is at most γ_{T+1} (R^T R)_ii): no pass over R
+                delta = gamma(k) * trace + gamma(T + 1) * trace * (1 + gamma(T)) / (1 - gamma(T + 1))
                 # Cheap rejection first: LAPACK's estimate is a lower bound on ‖R^{-1}‖_1, so
-                # σ_min(R) ≤ sqrt(T) / estimate = sqrt(T) · rcond · ‖R‖_1.
+                # σ_min(R) ≤ sqrt(T) / estimate = sqrt(T) · rcond · ‖R‖_1 (dlantr: no copy of R).
                 rcond, _ = sla.lapack.dtrcon(R, norm="1")
-                if delta <= POSTERIORI_REACH * T * (rcond * np.abs(R).sum(axis=0).max()) ** 2:
+                if delta <= POSTERIORI_REACH * T * (rcond * sla.lapack.dlantr("1", R)) ** 2:
                     s_max, s_min = triangular_extremes(R, EXTREMES_TOL)
                     if delta <= GRAM_SLACK * s_min**2:
                         return R, (s_max, s_min)
