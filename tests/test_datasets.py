@@ -5,7 +5,7 @@ import builtins
 import numpy as np
 import pytest
 
-from construct import InputError, build, heads_needed, verify
+from construct import InputError, build, heads_needed
 from construct import datasets
 from construct.assumptions import check_assumptions
 from construct.certify import certify
