@@ -28,6 +28,7 @@ For shared contexts ``E``, the model is ``f(t) = Σ_h s_h(t)^T c_h (+ x(t)^T W_D
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -147,47 +148,99 @@ LN2_HI = float.fromhex("0x1.62e42fee00000p-1")
 LN2_MID = float.fromhex("0x1.a39ef35793c76p-33")
 LN2_LO = float.fromhex("0x1.cc01f97b57a08p-87")
 LN2_REST = 6e-43
-_INV_LN2 = 1.4426950408889634
-_HALVINGS = 8                                     # exp(r) = exp(r / 2^8)^(2^8)
-_DEGREE = 9
-_TAYLOR = [_fraction_dw(Fraction(1, math.factorial(i))) for i in range(_DEGREE + 1)]
+# exp(x) = 2^q · 2^(j/2^_STEPS) · exp(r) with k = 2^_STEPS·q + j the integer nearest x·2^_STEPS/ln 2
+# and |r| ≤ ln 2 / 2^(_STEPS+1) ≈ 0.00135.
+_STEPS = 8
+_SCALE_BY = 2.0 ** _STEPS * 1.4426950408889634                  # 2^8 / ln 2, rounded: it only picks k
+_TAYLOR = [_fraction_dw(Fraction(1, math.factorial(i))) for i in range(5)]      # 1/i!, i ≤ 4, in double words
+_TAIL = [1.0 / math.factorial(i) for i in range(5, 10)]                          # 1/i!, 5 ≤ i ≤ 9, float64
 # Below this, exp(x) < 2^-990: enclosed by [0, 2^-990] without computing it.
 _EXP_FLOOR = -690.0
+
+
+@functools.cache
+def _exp2_table() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``2^(j/256)`` for ``j = 0..255`` as ``hi + lo`` and a bound on what is left.
+
+    ``y`` is the largest integer with ``y^256 ≤ 2^(j + 256·120)`` (checked in exact integers), so
+    ``2^(j/256)`` lies in ``[y, y + 1]·2^-120``.
+    """
+    import mpmath
+
+    hi, lo, rest = (np.empty(2 ** _STEPS) for _ in range(3))
+    with mpmath.workprec(200):
+        for j in range(2 ** _STEPS):
+            target = 1 << (j + 2 ** _STEPS * 120)
+            y = int(mpmath.floor(mpmath.ldexp(mpmath.power(2, mpmath.mpf(j) / 2 ** _STEPS), 120)))
+            while y ** 2 ** _STEPS > target:
+                y -= 1
+            while (y + 1) ** 2 ** _STEPS <= target:
+                y += 1
+            hi[j], lo[j], r = _fraction_dw(Fraction(y, 1 << 120))
+            rest[j] = (r + 2.0 ** -119) * _STD
+    return hi, lo, rest
+
+
+def _tail(rho: np.ndarray, lo_rad: np.ndarray, reach: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``Σ_{i≥5} r^i/i!`` for every ``r`` within ``lo_rad`` of ``rho`` (``|r| ≤ reach ≤ 0.005``):
+    the degree-9 polynomial at ``rho`` in float64, and a bound on the rest (``inf`` beyond).
+
+    - its roundings: the Horner sum of ``1/i!`` (each rounded) times ``rho^5``, at most 14
+      roundings of terms summing to at most ``1.01·|rho|^5/120``;
+    - moving from ``rho`` to ``r``: ``|r − rho|`` times the derivative, at most ``reach^4/4!·e^reach``;
+    - Taylor's remainder ``reach^10/10!·e^reach``; ``e^reach ≤ 1.01``;
+    - what underflow may take: ``TINY`` per operation.
+    """
+    q = np.full_like(rho, _TAIL[-1])
+    for c in reversed(_TAIL[:-1]):
+        q = q * rho + c
+    rho2 = rho * rho
+    t = q * (rho2 * rho2 * rho)
+    with np.errstate(over="ignore", invalid="ignore"):
+        bound = (32 * U * reach ** 5 / 100 + lo_rad * reach ** 4 / 24 * 1.01
+                 + reach ** 10 / math.factorial(10) * 1.01 + 16 * TINY) * _STD
+    return t, np.where(reach <= 0.005, bound, np.inf)
 
 
 def exp(x: DW) -> DW:
     """``exp`` of every value in ``x`` (elementwise), for ``x ≤ 700``.
 
-    ``x − k ln 2`` with ``ln 2`` to 140 bits, then ``exp(r/2^8)`` by its degree-9 Taylor
-    polynomial in double words (the remainder ``|r'|^10/10!·e^{|r'|}`` added to the radius), squared
-    eight times, times ``2^k``.
+    At the centre ``hi + lo``: ``r = hi + lo − k ln 2/256`` with ``ln 2`` to 140 bits, then
+    ``exp(r)`` as ``Σ_{i≤4} r^i/i!`` in double words plus the rest of the series in float64
+    (:func:`_tail`, whose terms are below ``u·|r|^5/5!``), times ``2^(j/256)`` from a table in
+    double words (:func:`_exp2_table`) and ``2^q``. The input's radius ``ρ ≤ 1`` then adds
+    ``exp(x)·(e^ρ − 1) ≤ exp(x)·(ρ + ρ²)``.
     """
     # Clamped only where the whole interval lies below the floor (a NaN part never is).
     small = x.hi + (np.abs(x.lo) + x.rad) * _STD < _EXP_FLOOR
     bad = ~(np.isfinite(x.hi) & np.isfinite(x.lo) & np.isfinite(x.rad) & (x.hi <= 700))
-    xh = np.where(small | bad, 0.0, x.hi)
-    k = np.rint(xh * _INV_LN2)
-    a = xh - k * LN2_HI                                              # exact (see LN2_HI)
-    p, q = two_prod(k, LN2_MID)
-    klo = k * LN2_LO
     off = small | bad
-    r = add(DW(a, np.where(off, 0.0, x.lo), np.where(off, 0.0, x.rad)), DW(-p, -q, np.zeros_like(p)))
-    r = add(r, DW(-klo, np.zeros_like(klo), (U * np.abs(klo) + np.abs(k) * LN2_REST) * _STD + TINY))
-    r = r.scaled(-_HALVINGS)
-    reach = (np.abs(r.hi) + np.abs(r.lo) + r.rad) * _STD                # |r'| for every value
-    hi, lo, rest = _TAYLOR[_DEGREE]
+    xh = np.where(off, 0.0, x.hi)
+    k = np.rint(xh * _SCALE_BY)
+    kc = k * (LN2_HI / 2 ** _STEPS)                                    # exact (see LN2_HI)
+    p, e = two_prod(k, LN2_MID / 2 ** _STEPS)
+    klo = k * (LN2_LO / 2 ** _STEPS)
+    zero = np.zeros_like(xh)
+    r = add(DW(xh, np.where(off, 0.0, x.lo), zero), DW(-kc, zero, zero))
+    r = add(r, DW(-p, -e, zero))
+    r = add(r, DW(-klo, zero, (U * np.abs(klo) + np.abs(k) * LN2_REST / 2 ** _STEPS) * _STD + TINY))
+    reach = (np.abs(r.hi) + np.abs(r.lo) + r.rad) * _STD                # |r| for every value
+    t, t_rad = _tail(r.hi, (np.abs(r.lo) + r.rad) * _STD, reach)
+    hi, lo, rest = _TAYLOR[4]
     acc = DW(np.full_like(xh, hi), np.full_like(xh, lo), np.full_like(xh, rest))
-    for i in range(_DEGREE - 1, -1, -1):
+    for i in range(3, -1, -1):
         hi, lo, rest = _TAYLOR[i]
         acc = add(mul(acc, r), DW(np.full_like(xh, hi), np.full_like(xh, lo), np.full_like(xh, rest)))
-    # Taylor's remainder, with e^{|r'|} ≤ 1.01 for |r'| ≤ 0.005 (beyond, nothing is claimed)
-    tail = np.where(reach <= 0.005, reach ** (_DEGREE + 1) / math.factorial(_DEGREE + 1) * 1.01 * _STD, np.inf)
-    acc = DW(acc.hi, acc.lo, (acc.rad + tail) * _STD)
-    for _ in range(_HALVINGS):
-        acc = mul(acc, acc)
-    out = acc.scaled(k.astype(np.int64))
+    acc = add(acc, DW(t, zero, t_rad))
+    ki = k.astype(np.int64)
+    j = ki & (2 ** _STEPS - 1)
+    acc = mul(acc, DW(*(part[j] for part in _exp2_table())))
+    out = acc.scaled(ki >> _STEPS)
+    # the input's radius: |exp(x') − exp(x)| ≤ exp(x)·(e^ρ − 1) ≤ exp(x)·(ρ + ρ²) for ρ ≤ 1
+    rho = np.where(off, 0.0, x.rad)
+    spread = np.where(rho <= 1, (out.magnitude() + out.rad) * (rho + rho * rho) * _STD, np.inf)
     return DW(np.where(off, 0.0, out.hi), np.where(off, 0.0, out.lo),
-              np.where(bad, np.inf, np.where(small, 2.0 ** -990, out.rad)))
+              np.where(bad, np.inf, np.where(small, 2.0 ** -990, (out.rad + spread) * _STD)))
 
 
 # --- exact products by slices ------------------------------------------------------------------

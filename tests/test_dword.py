@@ -279,6 +279,70 @@ def test_an_overflow_in_the_logits_proves_nothing():
     assert not certify(w, Dataset(E, data.X, data.Y), method="float64").claims["memorization"]["proven"]
 
 
+def test_the_table_of_powers_of_two_encloses_them():
+    hi, lo, rest = dword._exp2_table()
+    for j in range(hi.size):
+        exact = mpmath.power(2, mpmath.mpf(j) / hi.size)
+        gap = abs(exact - mpmath.mpf(float(hi[j])) - mpmath.mpf(float(lo[j])))
+        assert gap <= mpmath.mpf(float(rest[j])) and rest[j] <= 2.0 ** -105
+
+
+def test_exp_catches_a_forged_table_entry(monkeypatch):
+    # An entry moved by 2^-100 (far below float64's resolution of 2^(j/256)): exp's enclosures of
+    # the values that use it no longer hold the exact exponential, so the test above has teeth.
+    hi, lo, rest = (a.copy() for a in dword._exp2_table())
+    x = np.array([float(37 * mpmath.log(2) / 256) + 1e-4])          # k = 37: entry 37
+    honest = dword.exp(DW.exact(x))
+    lo[37] += 2.0 ** -100
+    monkeypatch.setattr(dword, "_exp2_table", lambda: (hi, lo, rest))
+    forged = dword.exp(DW.exact(x))
+    exact = mpmath.exp(mpmath.mpf(float(x[0])))
+    assert abs(exact - _value(honest, 0)) <= mpmath.mpf(float(honest.rad[0]))
+    assert abs(exact - _value(forged, 0)) > mpmath.mpf(float(forged.rad[0]))
+
+
+def _series_tail(r: mpmath.mpf) -> mpmath.mpf:
+    """Σ_{i≥5} r^i/i! for |r| ≤ 0.005 (the terms past 40 are below 1e-130 of the first)."""
+    return mpmath.fsum(r ** k / mpmath.factorial(k) for k in range(5, 45))
+
+
+@settings(deadline=None)
+@given(seeds, st.floats(-0.005, 0.005), st.floats(0, 1e-3))
+def test_the_series_tail_encloses_the_rest_of_the_exponential(seed, centre, spread):
+    # Σ_{i≥5} r^i/i! for every r within lo_rad of rho.
+    rng = np.random.default_rng(seed)
+    rho = np.clip(centre + rng.uniform(-1e-3, 1e-3, 8) * rng.choice([1, 1e-10, 1e-80], 8), -0.004, 0.004)
+    lo_rad = spread * rng.uniform(0, 1, 8) * rng.choice([1, 1e-13], 8)
+    reach = (np.abs(rho) + lo_rad) * (1 + 1e-15)
+    t, rad = dword._tail(rho, lo_rad, reach)
+    for i in range(8):
+        for r in (mpmath.mpf(float(rho[i])) - mpmath.mpf(float(lo_rad[i])), mpmath.mpf(float(rho[i])),
+                  mpmath.mpf(float(rho[i])) + mpmath.mpf(float(lo_rad[i]))):
+            assert abs(_series_tail(r) - mpmath.mpf(float(t[i]))) <= mpmath.mpf(float(rad[i]))
+    # and the bound is the size of float64's rounding of the terms, not more
+    assert np.all(rad <= 1e-16 * np.abs(reach) ** 5 + 1.01 * lo_rad * reach ** 4 / 24 * (1 + 1e-14) + 1e-300)
+    # An interval's end is missed without the term for moving from rho to r, and that term is
+    # within a factor 1000 of what it must cover.
+    wide = np.array([0.004]), np.array([1e-4]), np.array([0.0041])
+    t, rad = dword._tail(*wide)
+    miss = abs(_series_tail(mpmath.mpf(0.0041)) - mpmath.mpf(float(t[0])))
+    assert miss > float(dword._tail(wide[0], np.zeros(1), wide[2])[1][0])
+    assert miss > 1e-3 * mpmath.mpf(float(rad[0]))
+
+
+@settings(deadline=None, max_examples=40)
+@given(seeds, st.floats(-600.0, 5.0), st.floats(1e-12, 1.0))
+def test_exp_of_wide_intervals_encloses_their_ends(seed, centre, width):
+    rng = np.random.default_rng(seed)
+    hi = centre + rng.uniform(-3, 3, 6)
+    x = DW(hi, np.zeros(6), width * rng.uniform(0, 1, 6))
+    r = dword.exp(x)
+    for i in range(6):
+        for v in _corners(x, i):
+            assert abs(mpmath.exp(v) - _value(r, i)) <= mpmath.mpf(float(r.rad.flat[i]))
+    assert not np.isfinite(dword.exp(DW(np.array([0.0]), np.array([0.0]), np.array([1.5]))).rad[0])
+
+
 def test_exp_of_a_wide_interval_below_the_floor_is_not_clamped():
     r = dword.exp(DW(np.array([-700.0]), np.array([0.0]), np.array([800.0])))
     assert r.hi[0] + r.rad[0] >= np.exp(100.0) or not np.isfinite(r.rad[0])
