@@ -213,15 +213,18 @@ def exp(x: DW) -> DW:
     """
     # Clamped only where the whole interval lies below the floor (a NaN part never is).
     small = x.hi + (np.abs(x.lo) + x.rad) * _STD < _EXP_FLOOR
-    bad = ~(np.isfinite(x.hi) & np.isfinite(x.lo) & np.isfinite(x.rad) & (x.hi <= 700))
+    # Unproven (rad = inf): not finite, above 700, or so far below the floor that only a radius
+    # beyond 1 (itself unproven) keeps the interval above it.
+    bad = ~(np.isfinite(x.hi) & np.isfinite(x.lo) & np.isfinite(x.rad) & (x.hi + x.lo <= 700)
+            & (x.hi + x.lo >= 2 * _EXP_FLOOR)) & ~small
     off = small | bad
-    xh = np.where(off, 0.0, x.hi)
-    k = np.rint(xh * _SCALE_BY)
+    xh, xl = np.where(off, 0.0, x.hi), np.where(off, 0.0, x.lo)
+    k = np.rint((xh + xl) * _SCALE_BY)                                  # |k| < 2^19
     kc = k * (LN2_HI / 2 ** _STEPS)                                    # exact (see LN2_HI)
     p, e = two_prod(k, LN2_MID / 2 ** _STEPS)
     klo = k * (LN2_LO / 2 ** _STEPS)
     zero = np.zeros_like(xh)
-    r = add(DW(xh, np.where(off, 0.0, x.lo), zero), DW(-kc, zero, zero))
+    r = add(DW(xh, xl, zero), DW(-kc, zero, zero))
     r = add(r, DW(-p, -e, zero))
     r = add(r, DW(-klo, zero, (U * np.abs(klo) + np.abs(k) * LN2_REST / 2 ** _STEPS) * _STD + TINY))
     reach = (np.abs(r.hi) + np.abs(r.lo) + r.rad) * _STD                # |r| for every value
@@ -238,9 +241,13 @@ def exp(x: DW) -> DW:
     out = acc.scaled(ki >> _STEPS)
     # the input's radius: |exp(x') − exp(x)| ≤ exp(x)·(e^ρ − 1) ≤ exp(x)·(ρ + ρ²) for ρ ≤ 1
     rho = np.where(off, 0.0, x.rad)
-    spread = np.where(rho <= 1, (out.magnitude() + out.rad) * (rho + rho * rho) * _STD, np.inf)
+    with np.errstate(invalid="ignore"):
+        spread = np.where(rho == 0, 0.0, np.where(rho <= 1, (out.magnitude() + out.rad) * (rho + rho * rho) * _STD,
+                                                   np.inf))
+        rad = (out.rad + spread) * _STD
+    rad = np.where(np.isnan(rad), np.inf, rad)
     return DW(np.where(off, 0.0, out.hi), np.where(off, 0.0, out.lo),
-              np.where(bad, np.inf, np.where(small, 2.0 ** -990, (out.rad + spread) * _STD)))
+              np.where(bad, np.inf, np.where(small, 2.0 ** -990, rad)))
 
 
 # --- exact products by slices ------------------------------------------------------------------
