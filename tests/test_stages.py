@@ -253,6 +253,65 @@ def test_row_factor_keeps_the_gram_factor_by_the_a_posteriori_bound(monkeypatch)
     assert abs(s_min - exact[-1]) <= 1e-6 * exact[-1]
 
 
+@settings(max_examples=12, deadline=None)
+@given(seeds, st.sampled_from([40, 700]), st.floats(-6, -0.5))
+def test_smallest_pair_error_estimate_covers_the_eigensolver(seed, m, log_gap):
+    # The Rayleigh quotient lies above λ_1(R^T R) and, less the estimated error, below it; by the
+    # dense SVD (m ≤ 600) and by loose Lanczos (m > 600) alike, for gaps λ_2/λ_1 − 1 from 1e-6.
+    import construct.arith.lapack as lapack
+    rng = np.random.default_rng(seed)
+    s = np.sort(rng.uniform(1, 30, m))[::-1]
+    s[-2] = s[-1] * np.sqrt(1 + 10.0 ** log_gap)
+    R = np.linalg.qr(_with_spectrum(rng, m, m + 5, s).T, mode="r")
+    pair = lapack._smallest_pair(R)
+    lam = s[-1] ** 2
+    assert pair is not None and pair.value >= lam * (1 - 1e-12)
+    assert pair.value - pair.error <= lam * (1 + 1e-12)
+    assert np.linalg.norm(pair.vector) == pytest.approx(1.0)
+    if log_gap > -2:                                   # a clear gap: λ_1 to well inside GRAM_SLACK
+        assert pair.error <= lapack.GRAM_SLACK / 10 * lam
+
+
+def test_smallest_pair_error_without_temples_term_would_miss():
+    # Lanczos stopped early: its Rayleigh quotient is above λ_1 by more than rounding, and only
+    # the residual term brings the lower end back below λ_1.
+    import construct.arith.lapack as lapack
+    rng = np.random.default_rng(3)
+    m = 700
+    s = np.linspace(1.0, 1.5, m)[::-1]
+    R = np.linalg.qr(_with_spectrum(rng, m, m + 5, s).T, mode="r")
+    pair = lapack._smallest_pair(R)
+    assert pair.value > 1.0 + 1e-12 and pair.value - pair.error <= 1.0
+
+
+@pytest.mark.parametrize("clustered", [False, True])
+def test_row_factor_by_lanczos_keeps_the_gram_factor_and_sigma_min(monkeypatch, clustered):
+    # Above the dense SVD's limit. With a clear gap and the worst-case rounding above GRAM_SLACK,
+    # the Kato–Temple bound keeps the Gram factor (on the one eigensolver run that also gave
+    # σ_min). With λ_2 = λ_1 (1 + 2e-7) there is no gap for the eigensolver's error estimate;
+    # Lanczos on λ_1 alone keeps the factor by Weyl. Either way σ_min(Z) is Z's to 1e-6.
+    import construct.arith.lapack as lapack
+    rng = np.random.default_rng(7)
+    T, k = 700, 1400
+    s = np.logspace(0, -1.5 if clustered else -2.65, T)
+    if clustered:
+        s[-2] = s[-1] * (1 + 1e-7)
+    Z = _with_spectrum(rng, T, k, s) * 50.0
+    worst = (gamma(k) + gamma(T + 1)) * float(np.sum(Z * Z)) / (50.0 * s[-1]) ** 2
+    assert (worst < lapack.GRAM_SLACK) if clustered else (lapack.GRAM_SLACK < worst < lapack.POSTERIORI_REACH / 10)
+    calls, lanczos = [], []
+    real, extremes = lapack._rayleigh_sigma_min, lapack.triangular_extremes
+    monkeypatch.setattr(lapack, "_rayleigh_sigma_min", lambda *a: calls.append(real(*a)) or calls[-1])
+    monkeypatch.setattr(lapack, "triangular_extremes", lambda *a, **kw: lanczos.append(kw) or extremes(*a, **kw))
+    R, (s_max, s_min) = row_factor(Z)
+    assert np.allclose(R.T @ R, Z @ Z.T, atol=1e-9)
+    assert abs(s_max - 50.0) <= 1e-6 * 50.0 and abs(s_min - 50.0 * s[-1]) <= 1e-6 * 50.0 * s[-1]
+    if clustered:
+        assert calls == [None] and lanczos == [{"smallest": False}, {}]     # σ_max, then λ_1 alone
+    else:
+        assert calls and calls[0] is not None and lanczos == [{"smallest": False}]
+
+
 def _exact_smallest_eigenvalue(Z: np.ndarray) -> mpmath.mpf:
     with mpmath.workdps(60):
         M = mpmath.matrix(Z.tolist())

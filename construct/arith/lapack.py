@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import scipy.linalg as sla
 import scipy.sparse.linalg as spla
@@ -27,6 +29,13 @@ GRAM_SLACK = 1e-6
 POSTERIORI_REACH = 3e-4
 # Relative accuracy of row_factor's Lanczos on its Gram factor's extremes: far inside GRAM_SLACK.
 EXTREMES_TOL = 1e-10
+# Tolerance of the Lanczos run for the two smallest eigenvalues of the Gram factor (_smallest_pair).
+# Loose on purpose: the smallest eigenvalue's accuracy is second order in it (and measured, by a
+# residual, not assumed), and the second eigenvalue only has to lie below λ_2 once shrunk by
+# SECOND_MARGIN, a hundred times this tolerance. At T = 7937 it takes about 100 steps, against
+# 178 at 1e-10.
+PAIR_TOL = 1e-5
+SECOND_MARGIN = 1e-3
 # Rows of Z that row_factor looks at first, to skip a Gram matrix that would be rejected.
 _PROBE_ROWS = 256
 
@@ -52,11 +61,11 @@ def svdvals(A: np.ndarray) -> np.ndarray:
     return sla.svdvals(A, check_finite=False) if A.size else np.zeros(0)
 
 
-def triangular_extremes(R: np.ndarray, tol: float = 0.0) -> tuple[float, float]:
+def triangular_extremes(R: np.ndarray, tol: float = 0.0, smallest: bool = True) -> tuple[float, float]:
     """Largest and smallest singular values of an upper-triangular square ``R``.
 
     ``tol``: the relative accuracy Lanczos stops at (0: machine precision); the dense SVD is
-    always to machine precision.
+    always to machine precision. ``smallest=False``: the largest only (the smallest is NaN).
 
     ``R`` is the triangular factor of ``Z^T = Q R``, so these are the extreme singular values of
     ``Z``. Small ``R``: dense SVD. Large ``R``: Lanczos on ``R^T R`` and, through two triangular
@@ -80,6 +89,8 @@ def triangular_extremes(R: np.ndarray, tol: float = 0.0) -> tuple[float, float]:
     inv = spla.LinearOperator((m, m), matvec=lambda v: trsv(R, trsv(R, v, trans=1)), dtype=np.float64)
     with scipy_threads(blas_threads()):
         lam_max = spla.eigsh(gram, k=1, which="LA", v0=v0, tol=tol, return_eigenvectors=False)[0]
+        if not smallest:
+            return float(np.sqrt(lam_max)), float("nan")
         inv_max = spla.eigsh(inv, k=1, which="LA", v0=v0, tol=tol, return_eigenvectors=False)[0]
     return float(np.sqrt(lam_max)), float(1.0 / np.sqrt(inv_max))
 
@@ -103,9 +114,10 @@ def row_factor(Z: np.ndarray) -> tuple[np.ndarray, tuple[float, float]]:
     Tries the Cholesky factor of the Gram matrix first (about a third of a QR of ``Z^T``), and
     keeps it only when rounding cannot matter: forming ``Z Z^T`` moves it by at most
     ``γ_k ‖Z‖_F²`` and Cholesky by at most ``γ_{T+1} ‖R‖_F²`` (Higham, Thm 10.3, in 2-norm), so
-    by Weyl ``σ_min(R)²`` is within ``δ`` of ``σ_min(Z)²``; accepted when ``δ ≤ GRAM_SLACK ·
-    σ_min(R)²``, or when the a posteriori bound of :func:`_rayleigh_sigma_min` pins ``σ_min(Z)²``
-    down to that fraction. Otherwise (ill-conditioned ``Z``, Cholesky breakdown) the QR of ``Z^T``.
+    by Weyl ``σ_min(R)²`` is within ``δ`` of ``σ_min(Z)²``; accepted when ``δ`` (plus the
+    eigensolver's own error) is at most ``GRAM_SLACK · σ_min(R)²``, or when the a posteriori
+    bound of :func:`_rayleigh_sigma_min` pins ``σ_min(Z)²`` down to that fraction
+    (:func:`_gram_sigmas`). Otherwise (ill-conditioned ``Z``, Cholesky breakdown) the QR of ``Z^T``.
     Two cheap tests skip the Gram when it would be rejected anyway: a few rows of ``Z`` (before
     forming it) and a condition estimate (before the extremes).
     """
@@ -127,32 +139,89 @@ def row_factor(Z: np.ndarray) -> tuple[np.ndarray, tuple[float, float]]:
                 # σ_min(R) ≤ sqrt(T) / estimate = sqrt(T) · rcond · ‖R‖_1 (dlantr: no copy of R).
                 rcond, _ = sla.lapack.dtrcon(R, norm="1")
                 if delta <= POSTERIORI_REACH * T * (rcond * sla.lapack.dlantr("1", R)) ** 2:
-                    s_max, s_min = triangular_extremes(R, EXTREMES_TOL)
-                    if delta <= GRAM_SLACK * s_min**2:
-                        return R, (s_max, s_min)
-                    if delta <= POSTERIORI_REACH * s_min**2:
-                        refined = _rayleigh_sigma_min(Z, R, delta, trace)
-                        if refined is not None:
-                            return R, (s_max, refined)
+                    kept = _gram_sigmas(Z, R, delta, trace)
+                    if kept is not None:
+                        return R, kept
         R = qr_r(Z.T)
         return R, triangular_extremes(R, EXTREMES_TOL) if R.shape[0] == R.shape[1] else (0.0, 0.0)
 
 
-def _smallest_pair(R: np.ndarray) -> tuple[np.ndarray, float]:
-    """For upper-triangular ``R``: an eigenvector of ``R^T R`` for its smallest eigenvalue, and an
-    estimate of its second smallest eigenvalue (dense SVD when small, else Lanczos on
-    ``(R^T R)^{-1}``, to :data:`EXTREMES_TOL`)."""
+def _gram_sigmas(Z: np.ndarray, R: np.ndarray, delta: float, trace: float) -> tuple[float, float] | None:
+    """``(σ_max, σ_min)`` of ``Z`` from its Gram factor ``R`` (``R^T R`` within ``delta`` of
+    ``Z Z^T``), when ``σ_min(Z)²`` is known to :data:`GRAM_SLACK` that way; otherwise None.
+
+    In turn: Weyl (``delta`` and the eigensolver's own error are small enough), the a posteriori
+    bound of :func:`_rayleigh_sigma_min` (one run of the eigensolver serves both), and, where
+    only the eigensolver's error estimate stood in the way (``λ_1 ≈ λ_2``: the estimate needs a
+    gap), Lanczos on ``λ_1`` alone to :data:`EXTREMES_TOL`.
+    """
+    pair = _smallest_pair(R)
+    if pair is None:
+        return None
+    s_max = triangular_extremes(R, EXTREMES_TOL, smallest=False)[0]
+    if delta + pair.error <= GRAM_SLACK * pair.value:
+        return s_max, float(np.sqrt(pair.value))
+    if delta <= POSTERIORI_REACH * pair.value:
+        refined = _rayleigh_sigma_min(Z, R, delta, trace, pair)
+        if refined is not None:
+            return s_max, refined
+    if delta <= GRAM_SLACK * pair.value:
+        s_min = triangular_extremes(R, EXTREMES_TOL)[1]
+        if delta <= GRAM_SLACK * s_min ** 2:
+            return s_max, s_min
+    return None
+
+
+@dataclass(frozen=True)
+class SmallestPair:
+    """The smallest eigenvalue of ``R^T R`` for an upper-triangular ``R``, as an eigensolver
+    finds it: ``vector`` (unit), ``value`` (Lanczos: the vector's Rayleigh quotient, at least
+    ``λ_1``; dense: the SVD's), an estimate ``error`` of ``|value − λ_1|``, and an estimate
+    ``second`` of ``λ_2``."""
+    vector: np.ndarray
+    value: float
+    error: float
+    second: float
+
+
+def _smallest_pair(R: np.ndarray) -> SmallestPair | None:
+    """The two smallest eigenvalues of ``R^T R`` and the first one's eigenvector (None where the
+    eigensolver fails): a dense SVD when ``R`` is small, else Lanczos on ``(R^T R)^{-1}`` to
+    :data:`PAIR_TOL`.
+
+    ``error``: for the dense SVD, its backward error (``m·u·σ_max`` on each singular value); for
+    Lanczos, Temple's ``‖R^T R v − ρ v‖²/(λ_2 − ρ)`` with ``λ_2`` the solver's, shrunk by
+    :data:`SECOND_MARGIN` (infinite where that does not lie above ``ρ``).
+    """
     m = R.shape[0]
+    if m < 2:
+        return None
     if m <= _DENSE_SVD_LIMIT:
-        _, s, vt = sla.svd(np.triu(R), check_finite=False)
-        return vt[-1], float(s[-2]) ** 2
+        try:
+            _, s, vt = sla.svd(np.triu(R), check_finite=False)
+        except np.linalg.LinAlgError:
+            return None
+        shift = m * EPS * float(s[0])
+        error = (2 * float(s[-1]) + shift) * shift
+        return SmallestPair(vt[-1], float(s[-1]) ** 2, error, float(s[-2]) ** 2)
     R = np.asfortranarray(R)
-    trsv = sla.blas.dtrsv
+    trsv, trmv = sla.blas.dtrsv, sla.blas.dtrmv
     inv = spla.LinearOperator((m, m), matvec=lambda v: trsv(R, trsv(R, v, trans=1)), dtype=np.float64)
     with scipy_threads(blas_threads()):
-        vals, vecs = spla.eigsh(inv, k=2, which="LA", v0=np.ones(m) / np.sqrt(m), tol=EXTREMES_TOL)
-    first, second = np.argsort(vals)[::-1]
-    return vecs[:, first], float(1.0 / vals[second])
+        try:
+            vals, vecs = spla.eigsh(inv, k=2, which="LA", v0=np.ones(m) / np.sqrt(m), tol=PAIR_TOL)
+        except (spla.ArpackError, spla.ArpackNoConvergence):
+            return None
+        first, second = np.argsort(vals)[::-1]
+        v = vecs[:, first] / np.linalg.norm(vecs[:, first])
+        u = trmv(R, v)
+        rho = float(u @ u)
+        residual = float(np.linalg.norm(trmv(R, u, trans=1) - rho * v))
+    lam_2 = float(1.0 / vals[second]) * (1 - SECOND_MARGIN)
+    if not (np.isfinite(rho) and np.isfinite(residual) and np.all(np.isfinite(v))):
+        return None
+    error = residual ** 2 / (lam_2 - rho) if lam_2 > rho else np.inf
+    return SmallestPair(v, rho, error, float(1.0 / vals[second]))
 
 
 def kato_temple_lower(rho: float, rho_err: float, residual: float, beta: float) -> float:
@@ -166,11 +235,12 @@ def kato_temple_lower(rho: float, rho_err: float, residual: float, beta: float) 
     return (rho - rho_err) - residual ** 2 / (beta - rho - rho_err)
 
 
-def _rayleigh_sigma_min(Z: np.ndarray, R: np.ndarray, delta: float, trace: float) -> float | None:
+def _rayleigh_sigma_min(Z: np.ndarray, R: np.ndarray, delta: float, trace: float,
+                        pair: SmallestPair | None = None) -> float | None:
     """``σ_min(Z)`` from the Gram factor ``R`` (``R^T R`` within ``delta`` of ``Z Z^T`` in 2-norm,
     ``trace`` that of ``fl(Z Z^T)``) when :func:`rayleigh_bounds` pins ``σ_min(Z)²`` to
-    :data:`GRAM_SLACK`; otherwise None."""
-    bounds = rayleigh_bounds(Z, R, delta, trace)
+    :data:`GRAM_SLACK`; otherwise None. ``pair``: :func:`_smallest_pair`'s result, when known."""
+    bounds = rayleigh_bounds(Z, R, delta, trace, pair)
     if bounds is None:
         return None
     lower, upper, rho = bounds
@@ -179,10 +249,12 @@ def _rayleigh_sigma_min(Z: np.ndarray, R: np.ndarray, delta: float, trace: float
     return float(np.sqrt(rho))
 
 
-def rayleigh_bounds(Z: np.ndarray, R: np.ndarray, delta: float, trace: float) -> tuple[float, float, float] | None:
+def rayleigh_bounds(Z: np.ndarray, R: np.ndarray, delta: float, trace: float,
+                    pair: SmallestPair | None = None) -> tuple[float, float, float] | None:
     """Bounds ``(lower, upper)`` on ``σ_min(Z)²`` and the Rayleigh quotient ``ρ`` they come from,
     given the Gram factor ``R`` (``R^T R`` within ``delta`` of ``Z Z^T`` in 2-norm, ``trace`` that
     of ``fl(Z Z^T)``); None where the eigensolver fails (``Z`` needs two rows or more).
+    ``pair``: :func:`_smallest_pair` of ``R``, when the caller has it.
 
     ``R``'s smallest eigenvector ``v`` (two steps of inverse iteration after Lanczos) is a near
     eigenvector of ``Z Z^T`` itself: its Rayleigh quotient ``ρ = ‖Z^T v‖²/‖v‖²`` bounds
@@ -190,16 +262,16 @@ def rayleigh_bounds(Z: np.ndarray, R: np.ndarray, delta: float, trace: float) ->
     ``ρ − ε²/(β − ρ)``, where ``ε = ‖Z Z^T v − ρ v‖/‖v‖`` is computed with ``Z`` and
     ``β = λ_2(R^T R) − δ ≤ λ_2(Z Z^T)`` (Weyl). The bound is second order in ``ε``. The
     matrix-vector products' rounding is added to ``ε`` and to ``ρ`` from norms
-    (``‖Z‖₂ ≤ ‖Z‖_F``); ``β`` rests on the eigensolver's ``λ_2`` (less a margin of ``10⁻⁷``), as
-    ``σ_min(R)`` itself does.
+    (``‖Z‖₂ ≤ ‖Z‖_F``); ``β`` rests on the eigensolver's ``λ_2``, less a margin of
+    :data:`SECOND_MARGIN` (relative).
     """
     T, k = Z.shape
     if T < 2:
         return None
-    try:
-        v, second = _smallest_pair(R)
-    except (np.linalg.LinAlgError, spla.ArpackError, spla.ArpackNoConvergence):
+    pair = _smallest_pair(R) if pair is None else pair
+    if pair is None:
         return None
+    v, second = pair.vector, pair.second
     Rf = np.asfortranarray(R)
     with np.errstate(all="ignore"):
         for _ in range(2):                               # inverse iteration: R^T R x = v
@@ -221,7 +293,7 @@ def rayleigh_bounds(Z: np.ndarray, R: np.ndarray, delta: float, trace: float) ->
     # ‖Z Z^T v − ρ_exact v‖ ≤ ‖fl(w − ρ v)‖ + (rounding of w − ρ v) + ‖fl(Z t) − Z t‖ + ‖Z‖‖t − Z^T v‖ + |ρ − ρ_exact|
     eps = (float(np.linalg.norm(r)) * (1 + gamma(T)) + EPS * (float(np.linalg.norm(w)) + 2 * rho * nv)
            + gamma(k) * fro * nt + fro * e_t + rho_err * nv) * (1 + 8 * EPS) / nv
-    beta = second * (1 - 1e3 * EXTREMES_TOL) - delta
+    beta = second * (1 - SECOND_MARGIN) - delta
     lower = kato_temple_lower(rho, rho_err, eps, beta)
     return (lower, rho + rho_err, rho) if np.isfinite(rho + rho_err) else None
 
