@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from construct import ConstructionError, InputError, as_dataset, build, verify
+from construct import InputError, as_dataset, build, verify
 from construct.arith import Mpmath
 from construct.certify import certify, check_certificate
 from construct.cli import main
