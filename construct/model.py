@@ -332,9 +332,12 @@ def feature_matrix(E, X, weights: Weights, ar: Arithmetic | None = None):
         Z = ar.zeros((T, weights.H * d))
 
         def part(lo: int, hi: int) -> None:                    # rows lo..hi−1, every head
-            for h in range(weights.H):
-                Z[lo:hi, h * d:(h + 1) * d] = head_features(E[lo:hi, ...], X[lo:hi, ...], weights.W_K[h, ...],
-                                                            weights.W_Q[h, ...], ar)
+            step = max(1, ar.cache_rows or hi - lo)
+            for a in range(lo, hi, step):
+                b = min(hi, a + step)
+                for h in range(weights.H):
+                    Z[a:b, h * d:(h + 1) * d] = head_features(E[a:b, ...], X[a:b, ...], weights.W_K[h, ...],
+                                                              weights.W_Q[h, ...], ar)
         ar.rows(part, T)
     return Z
 
