@@ -125,13 +125,14 @@ def row_factor(Z: np.ndarray) -> tuple[np.ndarray, tuple[float, float]]:
     with scipy_threads(blas_threads()):             # every large operation in scipy's BLAS
         if 0 < T <= k and _gram_may_do(Z):
             G = syrk(Z)                                                 # upper triangle of Z Z^T
-            trace = float(np.trace(G))
+            with np.errstate(over="ignore", invalid="ignore"):
+                trace = float(np.trace(G))
             try:
                 with scipy_threads(cholesky_threads(T)):
                     R = sla.cholesky(G, lower=False, overwrite_a=True, check_finite=False)
             except np.linalg.LinAlgError:
                 R = None
-            if R is not None and np.all(np.isfinite(R)):
+            if R is not None and np.isfinite(trace) and np.all(np.isfinite(R)):
                 # ‖R‖_F² = tr(R^T R) ≤ tr(G)/(1 − γ_{T+1}) (the diagonal of Cholesky's backward
                 # error is at most γ_{T+1} (R^T R)_ii): no pass over R
                 delta = gamma(k) * trace + gamma(T + 1) * trace * (1 + gamma(T)) / (1 - gamma(T + 1))
@@ -309,9 +310,12 @@ def _gram_may_do(Z: np.ndarray) -> bool:
     if T <= _PROBE_ROWS:
         return True
     probe = Z[:: T // _PROBE_ROWS][:_PROBE_ROWS]
-    upper = float(np.linalg.eigvalsh(probe @ probe.T)[0])
-    delta = (gamma(k) + gamma(T + 1)) * float(np.einsum("ij,ij->", Z, Z))
-    return POSTERIORI_REACH * upper >= delta
+    with np.errstate(over="ignore", invalid="ignore"):       # a Gram matrix past float64's range
+        P = probe @ probe.T
+        delta = (gamma(k) + gamma(T + 1)) * float(np.einsum("ij,ij->", Z, Z))
+    if not (np.all(np.isfinite(P)) and np.isfinite(delta)):
+        return False
+    return POSTERIORI_REACH * float(np.linalg.eigvalsh(P)[0]) >= delta
 
 
 # Rows of Z per symmetric rank-k update. scipy's bundled OpenBLAS crashed (SIGSEGV) in a
