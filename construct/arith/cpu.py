@@ -28,7 +28,8 @@ class NumpyArithmetic(Arithmetic):
         super().__init__(np)
 
     def to_host(self, x) -> np.ndarray:
-        return np.asarray(x).astype(np.float64)
+        # float64 arrays as they are (no copy of a whole dataset to read it), as the base class does
+        return np.asarray(x).astype(np.float64, copy=False)
 
     def copy(self, A):
         return A.copy()                 # C order, whatever A's layout: BLAS's rounding depends on it
