@@ -317,7 +317,8 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float) -> dict:
 
     One pass over the examples, head by head: each head's features are enclosed and pushed
     through its value and output maps at once, so only ``Z`` itself (for the rank) is kept whole,
-    with the outputs' enclosure and the size of ``Z``'s radius; the rows run in two halves.
+    with the outputs' enclosure and the size of ``Z``'s radius; the rows run in two halves, each
+    in blocks of :attr:`Float64.cache_rows <construct.arith.cpu.Float64.cache_rows>` examples.
     The examples whose bound exceeds ``allowed`` are enclosed again in double words
     (:func:`construct.dword.outputs`), to about ``u²``.
     """
@@ -326,24 +327,27 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float) -> dict:
     Z = np.empty((T, H * d)) if H * d >= T else None            # the rank needs H·d ≥ T columns
     inputs = _layer_inputs(weights, data)
     E_all, E_rad, X_all, X_rad = inputs
-    absE = np.abs(E_all)
 
     def part(lo: int, hi: int):
-        E, X, A = E_all[lo:hi, ...], X_all[lo:hi, ...], absE[lo:hi, ...]
-        radii = {} if E_rad is None else {"E_rad": E_rad[lo:hi, ...], "X_rad": X_rad[lo:hi, ...]}
         o, o_rad, o_abs = (np.zeros((hi - lo, d)) for _ in range(3))
         rad_sq = 0.0
+        step = FLOAT64.cache_rows                  # a block of contexts stays in cache through every head
         with np.errstate(over="ignore", invalid="ignore"):     # per thread: an overflow leaves a claim unproven
-            for h in range(H):
-                z, z_rad = enclose.features(E, X, weights.W_K[h], weights.W_Q[h], A, **radii)
-                if Z is not None:
-                    Z[lo:hi, h * d:(h + 1) * d] = z
-                rad_sq += float(np.sum(z_rad * z_rad))
-                v, v_rad = enclose.matmul(z, z_rad, weights.W_V[h])
-                p, p_rad = enclose.matmul(v, v_rad, weights.W_O[h * d_v:(h + 1) * d_v])
-                o += p                               # a sum of H terms: within γ_H Σ|p| of exact
-                o_rad += p_rad
-                o_abs += np.abs(p)
+            for a in range(lo, hi, step):
+                b, rows = min(hi, a + step), slice(a - lo, min(hi, a + step) - lo)
+                E, X = E_all[a:b, ...], X_all[a:b, ...]
+                A = np.abs(E)
+                radii = {} if E_rad is None else {"E_rad": E_rad[a:b, ...], "X_rad": X_rad[a:b, ...]}
+                for h in range(H):
+                    z, z_rad = enclose.features(E, X, weights.W_K[h], weights.W_Q[h], A, **radii)
+                    if Z is not None:
+                        Z[a:b, h * d:(h + 1) * d] = z
+                    rad_sq += float(np.sum(z_rad * z_rad))
+                    v, v_rad = enclose.matmul(z, z_rad, weights.W_V[h])
+                    p, p_rad = enclose.matmul(v, v_rad, weights.W_O[h * d_v:(h + 1) * d_v])
+                    o[rows] += p                         # a sum of H terms: within γ_H Σ|p| of exact
+                    o_rad[rows] += p_rad
+                    o_abs[rows] += np.abs(p)
         return o, o_rad, o_abs, rad_sq
 
     with np.errstate(over="ignore", invalid="ignore"):       # an overflow leaves a claim unproven
@@ -364,7 +368,7 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float) -> dict:
         error_bound = float(bounds.max())
         rank = _gram_rank_claim(Z, rad_norm) if Z is not None else {}
         if Z is not None and not rank:      # too ill-conditioned for the Gram matrix (σ_min² below its rounding)
-            rank = _residual_rank_claim(Z, _feature_radius(weights, inputs, absE), T)
+            rank = _residual_rank_claim(Z, _feature_radius(weights, inputs), T)
         claims = {"memorization": {"max_abs_error_bound": error_bound if math.isfinite(error_bound) else None},
                   "rank": rank}
         labels = _one_hot_classes(data.Y)
@@ -456,10 +460,11 @@ def _layer_inputs(weights: Weights, data: Dataset):
         return enclose.mean_shift(data.E, data.X)
 
 
-def _feature_radius(weights: Weights, inputs, absE: np.ndarray) -> np.ndarray:
+def _feature_radius(weights: Weights, inputs) -> np.ndarray:
     """The radius of the features' enclosure, (T, H·d): the second pass the residual route needs."""
     E, E_rad, X, X_rad = inputs
     T, _, d = E.shape
+    absE = np.abs(E)
     Z_rad = np.empty((T, weights.H * d))
     for h in range(weights.H):
         Z_rad[:, h * d:(h + 1) * d] = enclose.features(E, X, weights.W_K[h], weights.W_Q[h], absE, E_rad, X_rad)[1]
