@@ -308,7 +308,7 @@ def test_row_factor_by_lanczos_keeps_the_gram_factor_and_sigma_min(monkeypatch, 
     assert np.allclose(R.T @ R, Z @ Z.T, atol=1e-9)
     assert abs(s_max - 50.0) <= 1e-6 * 50.0 and abs(s_min - 50.0 * s[-1]) <= 1e-6 * 50.0 * s[-1]
     if clustered:
-        assert calls == [None] and lanczos == [{"smallest": False}, {}]     # σ_max, then λ_1 alone
+        assert calls == [None] and lanczos == [{}, {"smallest": False}]     # λ_1 alone, then σ_max
     else:
         assert calls and calls[0] is not None and lanczos == [{"smallest": False}]
 

@@ -104,7 +104,10 @@ def qr_r(A: np.ndarray) -> np.ndarray:
     # workspace it asks for (blocked, as fast as numpy.linalg.qr)
     lwork = int(sla.lapack.dgeqrf_lwork(p, m)[0])
     qr = sla.lapack.dgeqrf(A, lwork=lwork)[0]
-    return np.triu(qr[:min(p, m)])
+    R = np.array(qr[:min(p, m)], order="F")        # Fortran order, as the triangular solves want it
+    for j in range(min(p, m) - 1):                  # zero below the diagonal, a contiguous column at a time
+        R[j + 1:, j] = 0.0
+    return R
 
 
 def row_factor(Z: np.ndarray) -> tuple[np.ndarray, tuple[float, float]]:
@@ -159,18 +162,17 @@ def _gram_sigmas(Z: np.ndarray, R: np.ndarray, delta: float, trace: float) -> tu
     pair = _smallest_pair(R)
     if pair is None:
         return None
-    s_max = triangular_extremes(R, EXTREMES_TOL, smallest=False)[0]
+    s_min = None
     if delta + pair.error <= GRAM_SLACK * pair.value:
-        return s_max, float(np.sqrt(pair.value))
-    if delta <= POSTERIORI_REACH * pair.value:
-        refined = _rayleigh_sigma_min(Z, R, delta, trace, pair)
-        if refined is not None:
-            return s_max, refined
-    if delta <= GRAM_SLACK * pair.value:
+        s_min = float(np.sqrt(pair.value))
+    elif delta <= POSTERIORI_REACH * pair.value:
+        s_min = _rayleigh_sigma_min(Z, R, delta, trace, pair)
+    if s_min is None and delta <= GRAM_SLACK * pair.value:
         s_min = triangular_extremes(R, EXTREMES_TOL)[1]
-        if delta <= GRAM_SLACK * s_min ** 2:
-            return s_max, s_min
-    return None
+        s_min = s_min if delta <= GRAM_SLACK * s_min ** 2 else None
+    if s_min is None:
+        return None                      # rejected: no Lanczos run for σ_max
+    return triangular_extremes(R, EXTREMES_TOL, smallest=False)[0], s_min
 
 
 @dataclass(frozen=True)
