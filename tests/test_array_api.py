@@ -90,3 +90,19 @@ def test_shared_context_refinement_runs_on_strict_arrays(strict):
     result = build_in(strict, data, "array-api-strict", **{**options(32, head_dim=16), "tol": 2e-12})
     assert result.verification.passed and result.verification.outputs == "double words"
     assert verify(result.weights, data, tol=2e-12).passed
+
+
+def test_shared_context_rank_by_row_space_coordinates_on_strict_arrays(strict):
+    # verify's route for shared contexts (n < d) in the standard's own functions: the same rank
+    # and extremes as on NumPy.
+    import sys
+    row_rank = sys.modules["construct.verify"]._row_rank
+    rng = np.random.default_rng(4)
+    T, H, n, d = 10, 3, 4, 7
+    E0 = rng.standard_normal((n, d))
+    Z = np.concatenate([rng.dirichlet(np.ones(n), size=T) @ E0 for _ in range(H)], axis=1)
+    E = np.broadcast_to(E0, (T, n, d)).copy()
+    r = row_rank(strict, strict.asarray(Z), strict.asarray(E))
+    r64 = row_rank(FLOAT64, Z, E)
+    assert r.rank == r64.rank == T
+    assert r.sigma_min == pytest.approx(r64.sigma_min, rel=1e-9) and r.sigma_max == pytest.approx(r64.sigma_max, rel=1e-9)

@@ -368,3 +368,55 @@ def test_row_factor_past_its_probe(log_cond):
     R, (s_max, s_min) = row_factor(Z)
     assert np.allclose(R.T @ R, Z @ Z.T, atol=1e-12)
     assert abs(s_max - 1) <= 1e-6 and abs(s_min - 10.0 ** -log_cond) <= 1e-6 * 10.0 ** -log_cond + 1e-14
+
+
+def _shared_features(rng, T: int, H: int, n: int, d: int):
+    """Features ``Z_h = S_h E_0`` of H heads on one shared context (rows of S_h in the simplex)."""
+    E0 = rng.standard_normal((n, d))
+    S = rng.dirichlet(np.full(n, 0.3), size=(H, T))                     # (H, T, n)
+    Z = np.concatenate([S[h] @ E0 for h in range(H)], axis=1)
+    return Z, np.broadcast_to(E0, (T, n, d))
+
+
+@settings(max_examples=40, deadline=None)
+@given(seeds, st.integers(1, 5), st.integers(2, 6), st.integers(1, 6), st.floats(0.3, 1.0))
+def test_shared_context_rank_from_row_space_coordinates_is_zs(seed, H, n, extra, fill):
+    # On a shared context with n < d, the rank comes from Z's coordinates in the context's row
+    # space (H·n columns): the same rank, tolerance and extreme singular values as Z's own.
+    import sys
+    check_rank = sys.modules["construct.verify"]._row_rank
+    from construct.arith import FLOAT64
+    rng = np.random.default_rng(seed)
+    d = n + extra
+    T = max(1, int(fill * H * n))
+    Z, E = _shared_features(rng, T, H, n, d)
+    r = check_rank(FLOAT64, Z, E)
+    s = np.linalg.svd(Z, compute_uv=False)
+    ref = FLOAT64.row_rank(Z)
+    assert r.rank == ref.rank and r.tol == pytest.approx(ref.tol, rel=1e-9)
+    assert abs(r.sigma_max - s[0]) <= 1e-9 * s[0]
+    if r.rank == T:
+        assert abs(r.sigma_min - s[T - 1]) <= 1e-6 * s[T - 1] + 1e-12 * s[0]
+
+
+def test_shared_context_rank_below_t_and_other_contexts_are_decided_on_z(monkeypatch):
+    # Two equal examples: the coordinates' σ_min is below the tolerance, so Z decides (rank T − 1).
+    # Contexts that differ, and n ≥ d, never take the route.
+    import sys
+    verify_module = sys.modules["construct.verify"]
+    from construct.arith import FLOAT64
+    rng = np.random.default_rng(2)
+    Z, E = _shared_features(rng, 12, 3, 5, 8)
+    Z[7] = Z[3]
+    seen = []
+    real = FLOAT64.row_rank
+    monkeypatch.setattr(FLOAT64, "row_rank", lambda A, red=None: seen.append(A.shape) or real(A, red))
+    r = verify_module._row_rank(FLOAT64, Z, E)
+    assert r.rank == 11 == np.linalg.matrix_rank(Z) and seen == [(12, 15), (12, 24)]
+    seen.clear()
+    E_other = E.copy()
+    E_other[5, 0, 0] += 1.0
+    verify_module._row_rank(FLOAT64, Z, E_other)
+    Z_wide, E_wide = _shared_features(rng, 6, 3, 5, 4)                  # n = 5 ≥ d = 4
+    verify_module._row_rank(FLOAT64, Z_wide, E_wide)
+    assert seen == [(12, 24), (6, 12)]
