@@ -146,6 +146,7 @@ def row_factor(Z: np.ndarray) -> tuple[np.ndarray, tuple[float, float]]:
                     kept = _gram_sigmas(Z, R, delta, trace)
                     if kept is not None:
                         return R, kept
+            G = R = None                            # rejected: not held through the QR (T² entries)
         R = qr_r(Z.T)
         return R, triangular_extremes(R, EXTREMES_TOL) if R.shape[0] == R.shape[1] else (0.0, 0.0)
 
