@@ -45,6 +45,7 @@ import numpy as np
 from . import dword, enclose
 from .accurate import shared_context
 from .arith import FLOAT64, Interval, lapack
+from .arith.threads import row_blocks
 from .data import Dataset, checked
 from .errors import InputError
 from .io import json_bytes, sha256, write_atomic
@@ -331,10 +332,9 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float) -> dict:
     def part(lo: int, hi: int):
         o, o_rad, o_abs = (np.zeros((hi - lo, d)) for _ in range(3))
         rad_sq = 0.0
-        step = FLOAT64.cache_rows                  # a block of contexts stays in cache through every head
         with np.errstate(over="ignore", invalid="ignore"):     # per thread: an overflow leaves a claim unproven
-            for a in range(lo, hi, step):
-                b, rows = min(hi, a + step), slice(a - lo, min(hi, a + step) - lo)
+            for a, b in row_blocks(lo, hi, FLOAT64.cache_rows):   # a block stays in cache through every head
+                rows = slice(a - lo, b - lo)
                 E, X = E_all[a:b, ...], X_all[a:b, ...]
                 A = np.abs(E)
                 radii = {} if E_rad is None else {"E_rad": E_rad[a:b, ...], "X_rad": X_rad[a:b, ...]}

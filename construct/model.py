@@ -15,6 +15,7 @@ import numpy as np
 from . import precision
 from .arith import FLOAT64, Arithmetic, for_bits
 from .arith.mp import decimal_strings, from_decimal_strings
+from .arith.threads import row_blocks
 from .errors import InputError
 from .io import load_npz, npz_bytes
 
@@ -93,7 +94,7 @@ class Weights:
         exact values as decimal strings (enough digits to round-trip at ``bits``), and ``bits``;
         the float64 arrays are their nearest float64 values, for tools that read only those.
         With a pre-layer, ``prelayer`` (its name) and ``prelayer_version`` (:data:`PRELAYER_VERSION`)."""
-        out = {name: FLOAT64.to_host(getattr(self, name)) for name in _MATRICES}
+        out = {name: np.array(FLOAT64.to_host(getattr(self, name))) for name in _MATRICES}   # copies
         out["skip"] = np.asarray(bool(self.skip))
         if self.prelayer is not None:
             out["prelayer"] = np.asarray(self.prelayer)
@@ -332,9 +333,7 @@ def feature_matrix(E, X, weights: Weights, ar: Arithmetic | None = None):
         Z = ar.zeros((T, weights.H * d))
 
         def part(lo: int, hi: int) -> None:                    # rows lo..hi−1, every head
-            step = max(1, ar.cache_rows or hi - lo)
-            for a in range(lo, hi, step):
-                b = min(hi, a + step)
+            for a, b in row_blocks(lo, hi, ar.cache_rows):
                 for h in range(weights.H):
                     Z[a:b, h * d:(h + 1) * d] = head_features(E[a:b, ...], X[a:b, ...], weights.W_K[h, ...],
                                                               weights.W_Q[h, ...], ar)

@@ -88,3 +88,13 @@ def test_outputs_get_ordinary_file_permissions(tmp_path):
     finally:
         os.umask(old)
     assert (tmp_path / "f.bin").stat().st_mode & 0o777 == 0o644
+
+
+def test_weights_arrays_are_fresh_copies():
+    # Weights.arrays() hands out copies: changing one changes neither the weights nor a second call.
+    from construct import build, synthetic
+    w = build(synthetic("independent", T=7, n=3, d=4, seed=1), 3, seed=0).weights
+    a = w.arrays()
+    before = a["W_D"].copy()
+    a["W_D"] *= 2.0
+    assert np.array_equal(w.arrays()["W_D"], before) and np.array_equal(np.asarray(w.W_D), before)

@@ -289,8 +289,9 @@ def test_smallest_pair_error_without_temples_term_would_miss():
 def test_row_factor_by_lanczos_keeps_the_gram_factor_and_sigma_min(monkeypatch, clustered):
     # Above the dense SVD's limit. With a clear gap and the worst-case rounding above GRAM_SLACK,
     # the Kato–Temple bound keeps the Gram factor (on the one eigensolver run that also gave
-    # σ_min). With λ_2 = λ_1 (1 + 2e-7) there is no gap for the eigensolver's error estimate;
-    # Lanczos on λ_1 alone keeps the factor by Weyl. Either way σ_min(Z) is Z's to 1e-6.
+    # σ_min, and one more Lanczos run for σ_max). With λ_2 = λ_1 (1 + 2e-7) the loose run sees no
+    # gap; the tight one does, and Weyl keeps the factor. Either way no QR, and σ_min(Z) is Z's
+    # to 1e-6.
     import construct.arith.lapack as lapack
     rng = np.random.default_rng(7)
     T, k = 700, 1400
@@ -300,17 +301,34 @@ def test_row_factor_by_lanczos_keeps_the_gram_factor_and_sigma_min(monkeypatch, 
     Z = _with_spectrum(rng, T, k, s) * 50.0
     worst = (gamma(k) + gamma(T + 1)) * float(np.sum(Z * Z)) / (50.0 * s[-1]) ** 2
     assert (worst < lapack.GRAM_SLACK) if clustered else (lapack.GRAM_SLACK < worst < lapack.POSTERIORI_REACH / 10)
-    calls, lanczos = [], []
-    real, extremes = lapack._rayleigh_sigma_min, lapack.triangular_extremes
+    calls, lanczos, qr = [], [], []
+    real, extremes, real_qr = lapack._rayleigh_sigma_min, lapack.triangular_extremes, lapack.qr_r
     monkeypatch.setattr(lapack, "_rayleigh_sigma_min", lambda *a: calls.append(real(*a)) or calls[-1])
     monkeypatch.setattr(lapack, "triangular_extremes", lambda *a, **kw: lanczos.append(kw) or extremes(*a, **kw))
+    monkeypatch.setattr(lapack, "qr_r", lambda A: qr.append(A.shape) or real_qr(A))
     R, (s_max, s_min) = row_factor(Z)
-    assert np.allclose(R.T @ R, Z @ Z.T, atol=1e-9)
+    assert np.allclose(R.T @ R, Z @ Z.T, atol=1e-9) and not qr
     assert abs(s_max - 50.0) <= 1e-6 * 50.0 and abs(s_min - 50.0 * s[-1]) <= 1e-6 * 50.0 * s[-1]
-    if clustered:
-        assert calls == [None] and lanczos == [{}, {"smallest": False}]     # λ_1 alone, then σ_max
-    else:
+    if not clustered:
         assert calls and calls[0] is not None and lanczos == [{"smallest": False}]
+
+
+def test_row_factor_falls_back_to_lanczos_on_lambda_1_where_no_gap_shows(monkeypatch):
+    # An eigensolver pair with no usable gap (error estimate infinite): Weyl's route with λ_1 from
+    # Lanczos alone decides, as before the pair existed.
+    import construct.arith.lapack as lapack
+    rng = np.random.default_rng(7)
+    T, k = 700, 1400
+    Z = _with_spectrum(rng, T, k, np.logspace(0, -1.5, T)) * 50.0
+    real = lapack._smallest_pair
+    monkeypatch.setattr(lapack, "_smallest_pair",
+                        lambda R: lapack.SmallestPair(*(lambda p: (p.vector, p.value, np.inf, p.value))(real(R))))
+    lanczos = []
+    extremes = lapack.triangular_extremes
+    monkeypatch.setattr(lapack, "triangular_extremes", lambda *a, **kw: lanczos.append(kw) or extremes(*a, **kw))
+    R, (s_max, s_min) = row_factor(Z)
+    assert lanczos == [{}, {"smallest": False}]
+    assert abs(s_min - 50.0 * 10 ** -1.5) <= 1e-6 * 50.0 * 10 ** -1.5
 
 
 def _exact_smallest_eigenvalue(Z: np.ndarray) -> mpmath.mpf:
@@ -420,3 +438,37 @@ def test_shared_context_rank_below_t_and_other_contexts_are_decided_on_z(monkeyp
     Z_wide, E_wide = _shared_features(rng, 6, 3, 5, 4)                  # n = 5 ≥ d = 4
     verify_module._row_rank(FLOAT64, Z_wide, E_wide)
     assert seen == [(12, 24), (6, 12)]
+
+
+def test_row_factor_keeps_the_gram_factor_for_a_gap_of_five_ten_thousandths():
+    # λ_2/λ_1 − 1 = 5e-4 with the worst-case rounding at 2.7e-6 of σ_min²: the Kato–Temple bound
+    # keeps the Gram factor (found in review: a fixed 1e-3 margin on the loose λ_2 left no gap
+    # and sent this to the QR).
+    import construct.arith.lapack as lapack
+    rng = np.random.default_rng(7)
+    T, k = 700, 1400
+    s = np.logspace(0, -2.65, T)
+    s[-2] = s[-1] * np.sqrt(1 + 5e-4)
+    Z = _with_spectrum(rng, T, k, s) * 50.0
+    worst = (gamma(k) + gamma(T + 1)) * float(np.sum(Z * Z)) / (50.0 * s[-1]) ** 2
+    assert lapack.GRAM_SLACK < worst < lapack.POSTERIORI_REACH / 10
+    qr = []
+    real = lapack.qr_r
+    try:
+        lapack.qr_r = lambda A: qr.append(A.shape) or real(A)
+        R, (s_max, s_min) = row_factor(Z)
+    finally:
+        lapack.qr_r = real
+    assert not qr and abs(s_min - 50.0 * s[-1]) <= 1e-6 * 50.0 * s[-1]
+
+
+@given(st.integers(0, 2000), st.integers(0, 2000), st.sampled_from([None, 1, 2, 7, 256]))
+def test_row_blocks_cover_the_rows_in_order_without_a_lone_last_row(lo, length, step):
+    from construct.arith.threads import row_blocks
+    hi = lo + length
+    blocks = row_blocks(lo, hi, step)
+    edges = [a for a, _ in blocks] + [hi] if blocks else [lo]
+    assert edges[0] == lo and all(b == a2 for (_, b), (a2, _) in zip(blocks, blocks[1:]))
+    assert all(0 < b - a <= (step or length) + 1 for a, b in blocks)
+    if len(blocks) > 1 and step and step > 1:
+        assert blocks[-1][1] - blocks[-1][0] > 1

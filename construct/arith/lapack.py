@@ -29,13 +29,13 @@ GRAM_SLACK = 1e-6
 POSTERIORI_REACH = 3e-4
 # Relative accuracy of row_factor's Lanczos on its Gram factor's extremes: far inside GRAM_SLACK.
 EXTREMES_TOL = 1e-10
-# Tolerance of the Lanczos run for the two smallest eigenvalues of the Gram factor (_smallest_pair).
-# Loose on purpose: the smallest eigenvalue's accuracy is second order in it (and measured, by a
-# residual, not assumed), and the second eigenvalue only has to lie below λ_2 once shrunk by
-# SECOND_MARGIN, a hundred times this tolerance. At T = 7937 it takes about 100 steps, against
-# 178 at 1e-10.
-PAIR_TOL = 1e-5
-SECOND_MARGIN = 1e-3
+# Lanczos runs for the two smallest eigenvalues of the Gram factor (_smallest_pair): a loose one
+# first, then, where its error estimate is too large for row_factor's routes, a tight one
+# restarted from its vector; each with the margin its λ_2 is shrunk by before it serves as a
+# lower bound (Temple's and Kato–Temple's β). The loose run's accuracy on λ_1 is second order in
+# its tolerance (and measured by a residual, not assumed). At T = 7937 (H = 256) it takes about
+# 90 steps, against 81 + 178 for a tight run on λ_1 and a second tight run on the pair.
+PAIR_RUNS = ((1e-5, 1e-3), (EXTREMES_TOL, 1e-7))           # (tolerance, margin on λ_2)
 # Rows of Z that row_factor looks at first, to skip a Gram matrix that would be rejected.
 _PROBE_ROWS = 256
 
@@ -65,7 +65,8 @@ def triangular_extremes(R: np.ndarray, tol: float = 0.0, smallest: bool = True) 
     """Largest and smallest singular values of an upper-triangular square ``R``.
 
     ``tol``: the relative accuracy Lanczos stops at (0: machine precision); the dense SVD is
-    always to machine precision. ``smallest=False``: the largest only (the smallest is NaN).
+    always to machine precision. ``smallest=False``: Lanczos for the largest only (the smallest
+    is then returned as NaN; the dense SVD and a zero on the diagonal give both as before).
 
     ``R`` is the triangular factor of ``Z^T = Q R``, so these are the extreme singular values of
     ``Z``. Small ``R``: dense SVD. Large ``R``: Lanczos on ``R^T R`` and, through two triangular
@@ -168,36 +169,39 @@ def _gram_sigmas(Z: np.ndarray, R: np.ndarray, delta: float, trace: float) -> tu
         s_min = float(np.sqrt(pair.value))
     elif delta <= POSTERIORI_REACH * pair.value:
         s_min = _rayleigh_sigma_min(Z, R, delta, trace, pair)
-    if s_min is None and delta <= GRAM_SLACK * pair.value:
-        s_min = triangular_extremes(R, EXTREMES_TOL)[1]
+    if s_min is None and pair.largest is None and delta <= GRAM_SLACK * pair.value:
+        s_min = triangular_extremes(R, EXTREMES_TOL)[1]          # Lanczos on λ_1 alone
         s_min = s_min if delta <= GRAM_SLACK * s_min ** 2 else None
     if s_min is None:
         return None                      # rejected: no Lanczos run for σ_max
-    return triangular_extremes(R, EXTREMES_TOL, smallest=False)[0], s_min
+    s_max = pair.largest if pair.largest is not None else triangular_extremes(R, EXTREMES_TOL, smallest=False)[0]
+    return s_max, s_min
 
 
 @dataclass(frozen=True)
 class SmallestPair:
     """The smallest eigenvalue of ``R^T R`` for an upper-triangular ``R``, as an eigensolver
     finds it: ``vector`` (unit), ``value`` (Lanczos: the vector's Rayleigh quotient, at least
-    ``λ_1``; dense: the SVD's), an estimate ``error`` of ``|value − λ_1|``, and an estimate
-    ``second`` of ``λ_2``."""
+    ``λ_1``; dense: the SVD's), an estimate ``error`` of ``|value − λ_1|``, ``second``: the
+    solver's ``λ_2`` less its margin (a value taken to lie below ``λ_2``), and ``largest``:
+    ``σ_max(R)`` when the dense SVD gave it (else None)."""
     vector: np.ndarray
     value: float
     error: float
     second: float
+    largest: float | None = None
 
 
 def _smallest_pair(R: np.ndarray) -> SmallestPair | None:
     """The two smallest eigenvalues of ``R^T R`` and the first one's eigenvector (None where the
-    eigensolver fails): a dense SVD when ``R`` is small, else Lanczos on ``(R^T R)^{-1}`` to
-    :data:`PAIR_TOL`, run on to :data:`EXTREMES_TOL` (from where it stopped) when the error
-    estimate is finite but above a tenth of :data:`GRAM_SLACK`: then neither Weyl's route nor the
-    Kato–Temple bound of :func:`row_factor` could reach that fraction.
+    eigensolver fails): a dense SVD when ``R`` is small, else Lanczos on ``(R^T R)^{-1}``
+    (:data:`PAIR_RUNS`): loose, then tight, restarted from the loose run's vector, when the
+    error estimate is above a tenth of :data:`GRAM_SLACK` (then neither Weyl's route nor the
+    Kato–Temple bound of :func:`row_factor` could reach that fraction).
 
     ``error``: for the dense SVD, its backward error (``m·u·σ_max`` on each singular value); for
-    Lanczos, Temple's ``‖R^T R v − ρ v‖²/(λ_2 − ρ)`` with ``λ_2`` the solver's, shrunk by
-    :data:`SECOND_MARGIN` (infinite where that does not lie above ``ρ``).
+    Lanczos, Temple's ``‖R^T R v − ρ v‖²/(λ_2 − ρ)`` with ``λ_2`` the solver's less the run's
+    margin (infinite where that does not lie above ``ρ``).
     """
     m = R.shape[0]
     if m < 2:
@@ -209,13 +213,14 @@ def _smallest_pair(R: np.ndarray) -> SmallestPair | None:
             return None
         shift = m * EPS * float(s[0])
         error = (2 * float(s[-1]) + shift) * shift
-        return SmallestPair(vt[-1], float(s[-1]) ** 2, error, float(s[-2]) ** 2)
+        second = max(float(s[-2]) - shift, 0.0) ** 2
+        return SmallestPair(vt[-1], float(s[-1]) ** 2, error, second, float(s[0]))
     R = np.asfortranarray(R)
     trsv, trmv = sla.blas.dtrsv, sla.blas.dtrmv
     inv = spla.LinearOperator((m, m), matvec=lambda v: trsv(R, trsv(R, v, trans=1)), dtype=np.float64)
     v, pair = np.ones(m) / np.sqrt(m), None
     with scipy_threads(blas_threads()):
-        for tol in (PAIR_TOL, EXTREMES_TOL):
+        for tol, margin in PAIR_RUNS:
             try:
                 vals, vecs = spla.eigsh(inv, k=2, which="LA", v0=v, tol=tol)
             except (spla.ArpackError, spla.ArpackNoConvergence):
@@ -227,11 +232,11 @@ def _smallest_pair(R: np.ndarray) -> SmallestPair | None:
             residual = float(np.linalg.norm(trmv(R, u, trans=1) - rho * v))
             if not (np.isfinite(rho) and np.isfinite(residual) and np.all(np.isfinite(v))):
                 return pair
-            lam_2 = float(1.0 / vals[second]) * (1 - SECOND_MARGIN)
+            lam_2 = float(1.0 / vals[second]) * (1 - margin)
             error = residual ** 2 / (lam_2 - rho) if lam_2 > rho else np.inf
-            pair = SmallestPair(v, rho, error, float(1.0 / vals[second]))
-            if not np.isfinite(error) or error <= GRAM_SLACK / 10 * rho:
-                break                # no gap to tighten towards, or tight enough for either route
+            pair = SmallestPair(v, rho, error, lam_2)
+            if error <= GRAM_SLACK / 10 * rho:
+                break                                    # tight enough for either route
     return pair
 
 
@@ -273,8 +278,8 @@ def rayleigh_bounds(Z: np.ndarray, R: np.ndarray, delta: float, trace: float,
     ``ρ − ε²/(β − ρ)``, where ``ε = ‖Z Z^T v − ρ v‖/‖v‖`` is computed with ``Z`` and
     ``β = λ_2(R^T R) − δ ≤ λ_2(Z Z^T)`` (Weyl). The bound is second order in ``ε``. The
     matrix-vector products' rounding is added to ``ε`` and to ``ρ`` from norms
-    (``‖Z‖₂ ≤ ‖Z‖_F``); ``β`` rests on the eigensolver's ``λ_2``, less a margin of
-    :data:`SECOND_MARGIN` (relative).
+    (``‖Z‖₂ ≤ ‖Z‖_F``); ``β`` rests on the eigensolver's ``λ_2``, less the margin of
+    :data:`PAIR_RUNS` for the run that gave it.
     """
     T, k = Z.shape
     if T < 2:
@@ -304,7 +309,7 @@ def rayleigh_bounds(Z: np.ndarray, R: np.ndarray, delta: float, trace: float,
     # ‖Z Z^T v − ρ_exact v‖ ≤ ‖fl(w − ρ v)‖ + (rounding of w − ρ v) + ‖fl(Z t) − Z t‖ + ‖Z‖‖t − Z^T v‖ + |ρ − ρ_exact|
     eps = (float(np.linalg.norm(r)) * (1 + gamma(T)) + EPS * (float(np.linalg.norm(w)) + 2 * rho * nv)
            + gamma(k) * fro * nt + fro * e_t + rho_err * nv) * (1 + 8 * EPS) / nv
-    beta = second * (1 - SECOND_MARGIN) - delta
+    beta = second - delta
     lower = kato_temple_lower(rho, rho_err, eps, beta)
     return (lower, rho + rho_err, rho) if np.isfinite(rho + rho_err) else None
 

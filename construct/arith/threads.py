@@ -121,3 +121,15 @@ def halves(fn, n: int, parallel: bool) -> tuple:
     """``(fn(0, n // 2), fn(n // 2, n))``: a pass over ``n`` rows in two halves (:func:`together`)."""
     mid = n // 2
     return together(lambda: fn(0, mid), lambda: fn(mid, n), parallel)
+
+
+def row_blocks(lo: int, hi: int, step: int | None):
+    """``(a, b)`` blocks of at most ``step`` rows covering ``lo..hi−1`` in order (one block when
+    ``step`` is None). A last block of one row joins the one before: NumPy sends a one-row
+    product to a matrix–vector kernel, whose rounding differs from the matrix–matrix one that
+    the same rows get in a larger block."""
+    step = max(1, step or hi - lo)
+    edges = list(range(lo, hi, step)) + [hi]
+    if len(edges) > 2 and edges[-1] - edges[-2] == 1:
+        del edges[-2]
+    return list(zip(edges[:-1], edges[1:]))
