@@ -52,8 +52,9 @@ class Arithmetic:
     # True when a kernel may return more digits than the arithmetic's own (mpmath's matrix
     # routines): the weights are rounded after the construction and the features recomputed.
     rounds_weights = False
-    # Rows per pass over every head in the forward pass (construct.model.feature_matrix), so that
-    # a block of contexts stays in cache from one head to the next; None: all rows at once.
+    # Rows per pass over every head in the forward pass (construct.model.feature_matrix, and the
+    # float64 certificate's enclosure), so that a block of contexts stays in cache from one head
+    # to the next; None: all rows at once.
     cache_rows: int | None = None
 
     def __init__(self, xp, device=None, host_device=None):

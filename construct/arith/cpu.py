@@ -65,8 +65,8 @@ class NumpyArithmetic(Arithmetic):
 class Float64(NumpyArithmetic):
     """IEEE-754 double precision on the CPU (NumPy, SciPy's LAPACK)."""
 
-    # 256 contexts of n = 32, d = 64 are 4 MB: the forward pass at H = 256 runs in 2.0 s instead
-    # of 3.6 s over whole halves (T = 7937, two threads).
+    # 256 contexts of n = 32, d = 64 are 4 MB: the forward pass at H = 256 took about 2.1 s
+    # instead of 2.6 s over whole halves (T = 7937, two threads, median of three).
     cache_rows = 256
 
     def __init__(self):
