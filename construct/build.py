@@ -21,7 +21,7 @@ from .accurate import outputs as accurate_outputs
 from .arith import Arithmetic, gpu
 from .data import Dataset, checked
 from .errors import ConstructionError, InputError
-from .evidence import BuildResult, HeadEvidence, HeadTrace
+from .evidence import BuildResult, HeadEvidence, HeadStep, HeadTrace
 from .first_head import first_head
 from .later_head import later_head
 from .limits import integer, require_memory, tolerance
@@ -107,13 +107,18 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
     if layer is not None:
         data = Dataset(*mean_shift(data.E, data.X), data.Y)
     what = f"a build of T = {data.T} examples (n = {data.n}, d = {data.d}) with H = {H} heads"
-    require_memory(memory_estimate(data, H, d_h, d_v), what)
+    if where.name == "cpu":
+        require_memory(memory_estimate(data, H, d_h, d_v), what)
     options = dict(heads=H, head_dim=d_h, value_dim=d_v, seed=seed, tol=tol, scale=scale,
                    progress=progress, trace=trace)
 
     def at(problem: Dataset, prec: Precision, why: str, with_skip: bool) -> BuildResult:
         ar = gpu.arithmetic(where, prec.bits)
-        gpu.require_device_memory(ar, memory_estimate(problem, H, d_h, d_v), what)
+        if isinstance(ar, gpu.CuPyFloat64):
+            gpu.require_device_memory(ar, gpu.device_memory_estimate(
+                problem.T, H * problem.d, 3 * (problem.n * problem.d + problem.d + problem.d_o)), what)
+        elif where.name == "gpu":                                   # mpmath: on the CPU after all
+            require_memory(memory_estimate(problem, H, d_h, d_v), what)
         result = build_in(ar, problem, why, skip=with_skip, **options)
         ran = "gpu" if isinstance(ar, gpu.CuPyFloat64) else "cpu"
         why = where.why if ran == where.name else f"{prec.bits}-bit mpmath runs on the CPU"
@@ -197,6 +202,8 @@ def build_in(ar: Arithmetic, data: Dataset, why: str, *, heads: int, head_dim: i
         steps = [first_head(ws, groups[0])]
         _report(progress, steps, groups)
         for h, S in enumerate(groups[1:], start=1):
+            if not trace:                  # a head's arrays are for the trace alone (C is m × a)
+                steps[-1] = HeadStep(steps[-1].evidence, None)
             steps.append(later_head(ws, h, S, scale, steps[-1].evidence.scale or None))
             _report(progress, steps, groups)
         for h in range(len(groups), heads):                          # unused heads: W = 0, uniform

@@ -64,7 +64,7 @@ class Verification:
 
 
 def check(ar: Arithmetic, Z, weights: Weights, data: Dataset, tol: float = DEFAULT_TOL,
-          reduction=None, outputs=None, detect: bool = True) -> Verification:
+          reduction=None, outputs=None, detect: bool = True, overwrite: bool = False) -> Verification:
     """Verify from a computed feature matrix ``Z`` (T, H·d) in arithmetic ``ar``, with ``data`` in it.
 
     ``reduction``: the row-space factor the construction grew over all of ``Z``, when there is
@@ -72,7 +72,8 @@ def check(ar: Arithmetic, Z, weights: Weights, data: Dataset, tol: float = DEFAU
     ``outputs``: the model's outputs in double words, when the caller has them. Otherwise they
     come from ``Z``, and, for float64 weights on a shared context where a second float64
     evaluation shows rounding near the tolerance, again in double words (``detect=False``: the
-    caller has already looked, as the build does).
+    caller has already looked, as the build does). ``overwrite``: ``Z`` is the caller's to
+    spend: once the outputs are known, the rank may factor it in place.
     """
     allowed = tol * max(1.0, float(np.abs(ar.to_host(data.Y)).max()))
     how = ar.name
@@ -87,13 +88,13 @@ def check(ar: Arithmetic, Z, weights: Weights, data: Dataset, tol: float = DEFAU
         err = float(np.abs(gaps).max())
     if not np.isfinite(err):
         err = float("inf")
-    r = _row_rank(ar, Z, data.E, reduction)
+    r = _row_rank(ar, Z, data.E, reduction, overwrite)
     return Verification(T=data.T, rank_Z=r.rank, sigma_min_Z=r.sigma_min, sigma_max_Z=r.sigma_max,
                         rank_tol=r.tol, max_abs_error=err, tol=allowed,
                         passed=bool(err <= allowed and r.rank == data.T), outputs=how)
 
 
-def _row_rank(ar: Arithmetic, Z, E, reduction=None) -> RowRank:
+def _row_rank(ar: Arithmetic, Z, E, reduction=None, overwrite: bool = False) -> RowRank:
     """``ar.row_rank(Z, reduction)``; on a shared context with fewer tokens than dimensions
     (``n < d``), from ``Z``'s coordinates in the context's row space when they settle it.
 
@@ -111,11 +112,11 @@ def _row_rank(ar: Arithmetic, Z, E, reduction=None) -> RowRank:
             xp = ar.xp
             Q, _ = xp.linalg.qr(xp.matrix_transpose(E[0, ...]))                 # (d, n)
             P = xp.reshape(xp.reshape(Z, (T * H, d)) @ Q, (T, H * n))
-            r = ar.row_rank(P)
+            r = ar.row_rank(P, overwrite=True)
             tol = ar.rank_tol(r.sigma_max, Z.shape)
             if r.sigma_min > tol:
                 return RowRank(T, r.sigma_max, r.sigma_min, tol)
-    return ar.row_rank(Z, reduction)
+    return ar.row_rank(Z, reduction, overwrite)
 
 
 def _where_rounding_shows(ar: Arithmetic, weights: Weights, data: Dataset, out, allowed: float):
@@ -145,12 +146,14 @@ def verify(weights: Weights, data: Dataset, tol: float = DEFAULT_TOL, *, device:
     """
     weights, data, tol = checked_weights(weights), checked(data), tolerance(tol)
     check_compatible(weights, data.d, data.d_o)
-    require_memory(8 * (2 * data.T * weights.H * data.d + 2 * data.T ** 2),
-                   f"verifying T = {data.T} examples on H = {weights.H} heads")
+    what = f"verifying T = {data.T} examples on H = {weights.H} heads"
     where = gpu.resolve(device)
     ar = gpu.arithmetic(where, weights.bits)
-    gpu.require_device_memory(ar, 8 * (2 * data.T * weights.H * data.d + 2 * data.T ** 2),
-                              f"verifying T = {data.T} examples on H = {weights.H} heads")
+    if isinstance(ar, gpu.CuPyFloat64):
+        gpu.require_device_memory(ar, gpu.device_memory_estimate(data.T, weights.H * data.d,
+                                                                 3 * (data.n * data.d + data.d + data.d_o)), what)
+    else:
+        require_memory(8 * (2 * data.T * weights.H * data.d + 2 * data.T ** 2), what)
     with ar.working():                              # at the weights' own precision
         E, X = layer_inputs(weights, ar.asarray(data.E), ar.asarray(data.X), ar)   # the pre-layer, if any
         data_ar = Dataset(E, X, ar.asarray(data.Y))
@@ -158,7 +161,7 @@ def verify(weights: Weights, data: Dataset, tol: float = DEFAULT_TOL, *, device:
         with ar.session():                          # the forward pass: its rows may run in parallel
             Z = feature_matrix(data_ar.E, data_ar.X, w_ar, ar)
         with ar.heavy():                            # the rank: LAPACK on every thread
-            v = check(ar, Z, w_ar, data_ar, tol)
+            v = check(ar, Z, w_ar, data_ar, tol, overwrite=True)
     ran = "gpu" if isinstance(ar, gpu.CuPyFloat64) else "cpu"
     return replace(v, device=ran,
                    device_reason=where.why if ran == where.name else f"{weights.bits}-bit mpmath runs on the CPU")

@@ -143,3 +143,32 @@ def test_smallest_scale_is_far_below_the_explicit_bound_on_the_default_problems(
     assert max(e.scale_explicit for e in result.heads) >= 10 * max(e.scale for e in result.heads)
     if kind == "independent":                         # the built-in default: float32 survives too
         assert float32_error(result.weights, data)["survives"]
+
+
+def test_without_a_trace_no_head_keeps_its_arrays(monkeypatch):
+    """A head's arrays (its row reduction C is m × a: 6.5 GB over the heads at T = 40,301) are
+    kept for the trace alone: without one, none outlives its head."""
+    import gc
+    import importlib
+    import weakref
+
+    build_module = importlib.import_module("construct.build")
+
+    kept, real = [], build_module.later_head
+
+    def recorded(*args, **kwargs):
+        step = real(*args, **kwargs)
+        kept.append(weakref.ref(step.trace.C))
+        return step
+
+    def progress(done, total):
+        gc.collect()
+        alive = [i for i, ref in enumerate(kept[:-1]) if ref() is not None]
+        assert not alive, f"heads {alive} still hold their arrays after head {done}"
+
+    monkeypatch.setattr(build_module, "later_head", recorded)
+    data = synthetic("independent", T=6 * 3 + 1, n=4, d=6, seed=0)
+    build(data, 6, progress=progress)
+    assert len(kept) == 5
+    traced = build(data, 6, trace=True)
+    assert len(traced.trace) == 6 and traced.trace[-1].C.shape == (3, data.T - 3)

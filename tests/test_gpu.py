@@ -117,3 +117,72 @@ def test_cpu_weights_verify_on_the_gpu():
     weights = build(data, 8).weights
     v = verify(weights, data, device="gpu")
     assert v.passed and v.device == "gpu"
+
+
+@needs_gpu
+def test_gpu_kernels_agree_with_the_host():
+    """The CuPy kernels behind the blocked factor and the rank: Householder panels, triangular
+    solves, the in-place QR of Z^T, and the extremes of R by Lanczos."""
+    import cupy
+    from scipy.linalg import lapack
+
+    from construct.arith.blocked import tp_update
+
+    ar = gpu.CuPyFloat64()
+    rng = np.random.default_rng(0)
+    k, p, m = 37, 9, 3
+    R = np.triu(rng.standard_normal((k, k))) + 3 * np.eye(k)
+    B, X, Y = rng.standard_normal((p, k)), rng.standard_normal((k, m)), rng.standard_normal((p, m))
+    B[:, 5] = 0.0                                               # an identity reflector
+    R_ref, V, Tq, _ = lapack.dtpqrt(0, 1, np.asfortranarray(R), np.asfortranarray(B))
+    X_ref, Y_ref, _ = lapack.dtpmqrt(0, V, Tq, np.asfortranarray(X), np.asfortranarray(Y), trans="T")
+    R_gpu = cupy.asarray(R)
+    X_out, Y_out = tp_update(ar, R_gpu, cupy.asarray(B), (cupy.asarray(X), cupy.asarray(Y)), panel=8)
+    assert np.allclose(cupy.asnumpy(R_gpu), np.triu(R_ref), atol=1e-12)
+    assert np.allclose(cupy.asnumpy(X_out), X_ref, atol=1e-12) and np.allclose(cupy.asnumpy(Y_out), Y_ref, atol=1e-12)
+    b = rng.standard_normal((k, 2))
+    assert np.allclose(cupy.asnumpy(ar.tri_solve(cupy.asarray(R), cupy.asarray(b), trans=True)),
+                       np.linalg.solve(R.T, b), atol=1e-12)
+    Z = rng.standard_normal((300, 700)) @ np.diag(np.logspace(0, -4, 700))
+    Z_gpu = cupy.asarray(Z)
+    for a, f in [(0, 5), (1, 1), (120, 333), (300, 700)]:               # products with Z[:a, :f], no copy
+        Bf, Ca = rng.standard_normal((f, 4)), rng.standard_normal((3, a))
+        assert np.allclose(cupy.asnumpy(ar.prefix_times(Z_gpu, a, f, cupy.asarray(Bf))), Z[:a, :f] @ Bf, atol=1e-12)
+        assert np.allclose(cupy.asnumpy(ar.times_prefix(cupy.asarray(Ca), Z_gpu, a, f)), Ca @ Z[:a, :f], atol=1e-12)
+    R_Z = ar.rows_r_factor(Z_gpu, overwrite=True)
+    G = Z @ Z.T
+    assert np.allclose(cupy.asnumpy(R_Z.T @ R_Z), G, atol=1e-12 * np.abs(G).max())
+    s = np.linalg.svd(Z, compute_uv=False)
+    s_max, s_min = ar.triangular_extremes(R_Z)
+    assert abs(s_max - s[0]) <= 1e-10 * s[0] and abs(s_min - s[-1]) <= 1e-8 * s[-1]
+
+
+@needs_gpu
+@pytest.mark.parametrize("ill", [False, True])
+def test_the_blocked_factor_on_the_gpu_matches_the_cpu_factor(ill):
+    import cupy
+
+    from construct.arith.blocked import BlockedRowFactor
+    from construct.arith.factor import RowSpaceFactor
+
+    rng = np.random.default_rng(1)
+    sizes = [7] + [6] * 9
+    T, F = sum(sizes), 12 * len(sizes)
+    Z = rng.standard_normal((T, F))
+    if ill:
+        Z = Z @ np.diag(np.logspace(0, -7, F))
+    gpu_factor = BlockedRowFactor(cupy.asarray(Z), gpu.CuPyFloat64())
+    gpu_factor.panel = 16
+    cpu_factor = RowSpaceFactor(Z.copy())
+    stop = sizes[0]
+    gpu_factor.stage(stop)
+    cpu_factor.stage(stop)
+    for i, m in enumerate(sizes[1:], start=1):
+        C_gpu, C_cpu = gpu_factor.advance(12 * i, stop + m), cpu_factor.advance(12 * i, stop + m)
+        assert np.allclose(cupy.asnumpy(C_gpu), C_cpu, atol=1e-9 * max(1, np.abs(C_cpu).max()))
+        stop += m
+    for f in (gpu_factor, cpu_factor):
+        f.add_features(F)
+        f.commit()
+    R = cupy.asnumpy(gpu_factor.R)
+    assert np.allclose(np.abs(R), np.abs(cpu_factor.R), atol=1e-9 * np.abs(cpu_factor.R).max())

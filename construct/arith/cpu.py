@@ -16,9 +16,6 @@ from . import lapack, threads
 from .base import Arithmetic, RowRank
 from .lapack import EPS
 
-# Iterative-refinement steps of the float64 readout (each: two triangular solves, two products).
-_REFINEMENT_STEPS = 4
-
 
 class NumpyArithmetic(Arithmetic):
     """What float64 and mpmath share: NumPy arrays (``float64`` or ``object`` of mpmath
@@ -53,9 +50,6 @@ class NumpyArithmetic(Arithmetic):
 
     def pick_tokens(self, E, j: np.ndarray):
         return E[np.arange(E.shape[0]), j]
-
-    def min_norm_solve(self, Z, reduction, Y):
-        return Z.T @ self.gram_solve_rows(Z, Y)
 
     def complement(self, A):
         Q, _ = np.linalg.qr(self.to_host(A), mode="complete")
@@ -143,6 +137,15 @@ class Float64(NumpyArithmetic):
     def solve(self, A, B):
         return np.linalg.solve(A, B)
 
+    def qr_r(self, A):
+        return lapack.qr_r(A)
+
+    def tri_solve(self, R, B, trans: bool = False):
+        return lapack.tri_solve(R, B, trans="T" if trans else "N")
+
+    def gram_solve(self, R, rhs):
+        return lapack.gram_solve(R, rhs)
+
     def gram_solve_rows(self, A, rhs):
         return lapack.gram_solve(lapack.qr_r(A.T), rhs)
 
@@ -169,31 +172,7 @@ class Float64(NumpyArithmetic):
         from .factor import RowSpaceFactor
         return RowSpaceFactor(Z, self.parallel)
 
-    def min_norm_solve(self, Z, reduction, Y):
-        """Minimum-norm ``B`` with ``Z B = Y``, given the row reduction's ``R`` (``Z Z^T = R^T R``).
-
-        ``B = Z^T R^{-1} R^{-T} Y`` (the semi-normal equations, which need no ``Q``), refined by
-        iterative correction while the residual decreases: each step costs two triangular solves
-        and two products with ``Z``, and brings the error from ``ε·cond(Z)²`` towards ``ε·cond(Z)``.
-        """
-        R = reduction.R
-
-        def step(rhs: np.ndarray) -> np.ndarray:
-            return Z.T @ lapack.gram_solve(R, rhs)
-
-        B = step(Y)
-        r = Y - Z @ B
-        best = np.abs(r).max()
-        for _ in range(_REFINEMENT_STEPS):
-            B_new = B + step(r)
-            r_new = Y - Z @ B_new
-            err = np.abs(r_new).max()
-            if err >= best:
-                break
-            B, r, best = B_new, r_new, err
-        return B
-
-    def row_rank(self, Z, reduction=None) -> RowRank:
+    def row_rank(self, Z, reduction=None, overwrite: bool = False) -> RowRank:
         """Rank of ``Z`` (T rows): from the row reduction's ``R`` when given (``R^T R = Z Z^T``),
         else from a fresh factor (:func:`construct.arith.lapack.row_factor`); from the singular
         values of ``Z`` when it has fewer columns than rows."""
