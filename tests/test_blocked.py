@@ -127,25 +127,6 @@ def test_blocked_factor_matches_the_cpu_factor_and_the_projection(seed, sizes, i
     assert np.isclose(factor._frob2, np.sum(R**2), rtol=1e-12)
 
 
-@given(seeds, st.floats(2, 6), st.floats(8, 10))
-@settings(max_examples=25, deadline=None)
-def test_blocked_corrected_projection_of_nearly_dependent_rows(seed, decades, closeness):
-    """The residual's Gram matrix cancels: the corrected step, as on the CPU."""
-    rng = np.random.default_rng(seed)
-    a, m, f = 24, 4, 60
-    U, _ = np.linalg.qr(rng.standard_normal((a, a)))
-    Vh, _ = np.linalg.qr(rng.standard_normal((f, a)))
-    Z_A = U @ np.diag(np.logspace(0, -decades, a)) @ Vh.T
-    V = rng.standard_normal((m, a)) @ Z_A + 10.0**-closeness * rng.standard_normal((m, f))
-    factor = BlockedRowFactor(np.vstack([Z_A, V]), FLOAT64)
-    factor.panel = 5
-    factor.stage(a)
-    C = factor.advance(f, a + m)
-    expected = V @ np.linalg.pinv(Z_A)
-    assert np.allclose(C, expected, atol=1e-8 * np.abs(expected).max())
-    assert np.allclose(factor._W, factor.R @ C.T, atol=1e-13 * np.abs(factor._W).max())
-
-
 def test_dependent_rows_are_refused_at_commit():
     rng = np.random.default_rng(1)
     Z = rng.standard_normal((6, 12))

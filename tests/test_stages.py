@@ -12,6 +12,8 @@ from construct.arith.lapack import kato_temple_lower, rayleigh_bounds, row_facto
 from construct.enclose import gamma
 from construct.model import head_logits, softmax
 from construct.readout import min_norm_solve, readout_weights
+from construct.arith import FLOAT64
+from construct.arith.blocked import BlockedRowFactor
 from construct.arith.factor import RowSpaceFactor
 from construct.saturation import (explicit_scale, perturbation_at, rank_perturbation_bound, saturation_bound,
                                   smallest_scale)
@@ -59,18 +61,26 @@ def test_incremental_factor_matches_direct_projection(seed, sizes, ill, parallel
     assert np.allclose(factor.R.T @ factor.R, G, atol=1e-10 * np.abs(G).max())
 
 
+def _blocked(Z):
+    factor = BlockedRowFactor(Z, FLOAT64)
+    factor.panel = 5
+    return factor
+
+
+@pytest.mark.parametrize("make", [RowSpaceFactor, _blocked], ids=["cpu", "blocked"])
 @given(seeds, st.floats(2, 6), st.floats(8, 10))
-def test_corrected_projection_of_nearly_dependent_rows(seed, decades, closeness):
+def test_corrected_projection_of_nearly_dependent_rows(make, seed, decades, closeness):
     """New rows within 10^-closeness of the fitted rows' span: the residual's Gram matrix cancels,
     so the factor takes the corrected semi-normal equations. C is the projection, and the staged
-    coordinates are R C^T (what the bordering of R needs)."""
+    coordinates are R C^T (what the bordering of R needs). The CPU's factor and the blocked one
+    (array-API arithmetics, the GPU's) alike."""
     rng = np.random.default_rng(seed)
     a, m, f = 24, 4, 60
     U, _ = np.linalg.qr(rng.standard_normal((a, a)))
     Vh, _ = np.linalg.qr(rng.standard_normal((f, a)))
     Z_A = U @ np.diag(np.logspace(0, -decades, a)) @ Vh.T
     V = rng.standard_normal((m, a)) @ Z_A + 10.0**-closeness * rng.standard_normal((m, f))
-    factor = RowSpaceFactor(np.vstack([Z_A, V]))
+    factor = make(np.vstack([Z_A, V]))
     factor.stage(a)
     C = factor.advance(f, a + m)
     expected = V @ np.linalg.pinv(Z_A)
