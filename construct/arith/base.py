@@ -339,15 +339,18 @@ class Arithmetic:
         return self.xp.max(logits, axis=-1, keepdims=True)
 
 
-def compact_t(xp, Y, tau):
-    """``T`` of the compact form (``xp``: NumPy or CuPy, which have ``triu``) ``I − V T V^T`` of the reflectors ``V = [I; Y]`` with factors
-    ``tau`` (upper triangular, ``T^{-1} = diag(1/τ) + triu(Y^T Y, 1)``; a zero ``τ`` is an
-    identity reflector, whose ``y`` is zero: its row and column of ``T`` are zero)."""
+def compact_t(xp, Y, tau, invert=None):
+    """``T`` of the compact form ``I − V T V^T`` of the reflectors ``V = [I; Y]`` with factors
+    ``tau``: upper triangular, ``T^{-1} = diag(1/τ) + triu(Y^T Y, 1)``. A zero ``τ`` is an
+    identity reflector, whose ``y`` is zero: its row and column of ``T`` are zero.
+
+    ``xp``: NumPy or CuPy (which have ``triu``); ``invert``: the inverse of an upper triangular
+    matrix (default: by ``xp.linalg.solve``).
+    """
     k = tau.shape[0]
     inv = xp.triu(Y.T @ Y, 1)
     idx = xp.arange(k)
-    inv[idx, idx] = xp.where(tau != 0, 1.0 / xp.where(tau != 0, tau, 1.0), 1.0)
-    T = xp.linalg.solve(inv, xp.eye(k))
-    T = xp.triu(T)
+    inv[idx, idx] = 1.0 / (tau + (tau == 0))
+    T = invert(inv) if invert is not None else xp.triu(xp.linalg.solve(inv, xp.eye(k)))
     T[idx, idx] = tau
     return T

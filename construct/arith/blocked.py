@@ -34,11 +34,9 @@ import math
 import numpy as np
 
 from ..errors import ConstructionError
+from .factor import _SEMI_NORMAL_ACCURACY
 from .lapack import EPS
 
-# Take the one-pass (semi-normal) projection only while its relative error stays below this
-# (as the CPU factor does).
-_SEMI_NORMAL_ACCURACY = 1e-8
 # Entries moved at once when R is bordered in place (2^24 entries: 128 MB of scratch).
 _MOVE_BLOCK = 1 << 24
 

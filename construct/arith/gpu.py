@@ -130,20 +130,16 @@ class CuPyFloat64(Arithmetic):
 
     def householder(self, P):
         from cupyx.scipy.linalg import solve_triangular
+
+        from .base import compact_t
         cp = self._cupy
         k = P.shape[1]
         h, tau = cp.linalg.qr(P, mode="raw")
         if h.shape != P.shape:                            # NumPy's convention: h is transposed
             h = h.T
         Y = cp.ascontiguousarray(h[k:])
-        # base.compact_t in fewer kernels (a panel's cost is mostly their launches): T^{-1} has
-        # diagonal 1/τ (1 where τ = 0, an identity reflector, whose y is zero) and is inverted by
-        # one triangular solve; T's diagonal is τ.
-        inv = cp.triu(Y.T @ Y, 1)
-        diagonal = cp.arange(k)
-        inv[diagonal, diagonal] = cp.reciprocal(tau + (tau == 0))
-        T = solve_triangular(inv, cp.eye(k), lower=False)
-        T[diagonal, diagonal] = tau
+        # T^{-1}'s inverse by one triangular solve (a panel's cost is mostly its kernels' launches)
+        T = compact_t(cp, Y, tau, lambda A: solve_triangular(A, cp.eye(k), lower=False))
         return cp.triu(h[:k]), Y, T
 
     def _gemm(self, A, lda: int, B, ldb: int, m: int, n: int, k: int):
