@@ -115,8 +115,7 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
     def at(problem: Dataset, prec: Precision, why: str, with_skip: bool) -> BuildResult:
         ar = gpu.arithmetic(where, prec.bits)
         if isinstance(ar, gpu.CuPyFloat64):
-            gpu.require_device_memory(ar, gpu.device_memory_estimate(
-                problem.T, H * problem.d, 3 * (problem.n * problem.d + problem.d + problem.d_o)), what)
+            gpu.require_device_memory(ar, gpu.device_memory_estimate(problem, H), what)
         elif where.name == "gpu":                                   # mpmath: on the CPU after all
             require_memory(memory_estimate(problem, H, d_h, d_v), what)
         result = build_in(ar, problem, why, skip=with_skip, **options)

@@ -150,8 +150,7 @@ def verify(weights: Weights, data: Dataset, tol: float = DEFAULT_TOL, *, device:
     where = gpu.resolve(device)
     ar = gpu.arithmetic(where, weights.bits)
     if isinstance(ar, gpu.CuPyFloat64):
-        gpu.require_device_memory(ar, gpu.device_memory_estimate(data.T, weights.H * data.d,
-                                                                 3 * (data.n * data.d + data.d + data.d_o)), what)
+        gpu.require_device_memory(ar, gpu.device_memory_estimate(data, weights.H), what)
     else:
         require_memory(8 * (2 * data.T * weights.H * data.d + 2 * data.T ** 2), what)
     with ar.working():                              # at the weights' own precision

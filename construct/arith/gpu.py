@@ -237,10 +237,12 @@ class CuPyFloat64(Arithmetic):
         return RowRank(rank, s_max, s_min, tol)
 
 
-def device_memory_estimate(T: int, F: int, per_example: int) -> int:
-    """Bytes a float64 GPU build or verify holds at its peak, about: ``Z`` (T, F) once, one
-    ``T × T`` triangular factor, ``per_example`` numbers per example (data, outputs), and a
-    scratch of ``F`` columns by 512 rows (panels, blocks)."""
+def device_memory_estimate(data, H: int) -> int:
+    """Bytes a float64 GPU build or verify of ``data`` on ``H`` heads holds at its peak, about:
+    ``Z`` (T, H·d) once, one ``T × T`` triangular factor, the data three times over, and a
+    scratch of ``H·d`` columns by 512 rows (panels, blocks)."""
+    T, F = data.T, H * data.d
+    per_example = 3 * (data.n * data.d + data.d + data.d_o)
     return 8 * (T * F + T * T + T * per_example + 512 * F) + (1 << 27)
 
 
