@@ -162,22 +162,21 @@ _EXP_FLOOR = -690.0
 def _exp2_table() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``2^(j/256)`` for ``j = 0..255`` as ``hi + lo`` and a bound on what is left.
 
-    ``y`` is the largest integer with ``y^256 ≤ 2^(j + 256·120)`` (checked in exact integers), so
-    ``2^(j/256)`` lies in ``[y, y + 1]·2^-120``.
+    ``y`` is the largest integer with ``y^256 ≤ 2^(j + 256·120)``, so ``2^(j/256)`` lies in
+    ``[y, y + 1]·2^-120``: eight integer square roots (``⌊√⌊x⌋⌋ = ⌊√x⌋``), checked in exact
+    integers. Integers only: the table is built at ``exp``'s first use, in whichever threads
+    call it, and mpmath's working precision is one setting for the whole process.
     """
-    import mpmath
-
     hi, lo, rest = (np.empty(2 ** _STEPS) for _ in range(3))
-    with mpmath.workprec(200):
-        for j in range(2 ** _STEPS):
-            target = 1 << (j + 2 ** _STEPS * 120)
-            y = int(mpmath.floor(mpmath.ldexp(mpmath.power(2, mpmath.mpf(j) / 2 ** _STEPS), 120)))
-            while y ** 2 ** _STEPS > target:
-                y -= 1
-            while (y + 1) ** 2 ** _STEPS <= target:
-                y += 1
-            hi[j], lo[j], r = _fraction_dw(Fraction(y, 1 << 120))
-            rest[j] = (r + 2.0 ** -119) * _STD
+    for j in range(2 ** _STEPS):
+        target = 1 << (j + 2 ** _STEPS * 120)
+        y = target
+        for _ in range(_STEPS):
+            y = math.isqrt(y)
+        if not y ** 2 ** _STEPS <= target < (y + 1) ** 2 ** _STEPS:
+            raise ArithmeticError(f"the integer root of 2^({j} + 30720) is wrong")
+        hi[j], lo[j], r = _fraction_dw(Fraction(y, 1 << 120))
+        rest[j] = (r + 2.0 ** -119) * _STD
     return hi, lo, rest
 
 

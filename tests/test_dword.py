@@ -1,6 +1,8 @@
 """Double-word enclosures (construct.dword): every operation encloses the exact value (mpmath at
 300 bits, or exact rationals), and the outputs on shared contexts enclose the exact model's."""
 
+import contextlib
+import threading
 from fractions import Fraction
 
 import mpmath
@@ -285,6 +287,24 @@ def test_the_table_of_powers_of_two_encloses_them():
         exact = mpmath.power(2, mpmath.mpf(j) / hi.size)
         gap = abs(exact - mpmath.mpf(float(hi[j])) - mpmath.mpf(float(lo[j])))
         assert gap <= mpmath.mpf(float(rest[j])) and rest[j] <= 2.0 ** -105
+
+
+def test_the_table_does_not_depend_on_mpmaths_global_precision(monkeypatch):
+    # The table is built at exp's first use, which happens in two threads at once (the two
+    # halves of the examples). mpmath's precision is one global setting: a thread that leaves its
+    # workprec puts back 53 bits while the other still computes. The table must come out the
+    # same (it once spun for ever in its correction loop, from an estimate 2^60 off).
+    expected = tuple(a.copy() for a in dword._exp2_table())
+    monkeypatch.setattr(mpmath, "workprec", lambda bits: contextlib.nullcontext())
+    monkeypatch.setattr(mpmath.mp, "prec", 53)
+    dword._exp2_table.cache_clear()
+    done = []
+    worker = threading.Thread(target=lambda: done.append(dword._exp2_table()), daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    dword._exp2_table.cache_clear()
+    assert done, "the table did not finish in 60 s at mpmath's default precision"
+    assert all(np.array_equal(a, b) for a, b in zip(done[0], expected))
 
 
 def test_exp_catches_a_forged_table_entry(monkeypatch):
