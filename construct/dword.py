@@ -46,7 +46,8 @@ _STD = 1 + 16 * U                # inflation of a nonnegative bound past its own
 
 @dataclass
 class DW:
-    """Arrays ``hi``, ``lo``, ``rad``: every exact value lies in ``[hi + lo − rad, hi + lo + rad]``."""
+    """Arrays ``hi``, ``lo``, ``rad`` of one shape: every exact value lies in
+    ``[hi + lo − rad, hi + lo + rad]``."""
 
     hi: np.ndarray
     lo: np.ndarray
@@ -59,7 +60,9 @@ class DW:
 
     def magnitude(self) -> np.ndarray:
         """An upper bound on ``|hi + lo|`` (not including the radius)."""
-        return (np.abs(self.hi) + np.abs(self.lo)) * (1 + 2 * U)
+        out = np.abs(self.hi) + np.abs(self.lo)
+        out *= 1 + 2 * U
+        return out
 
     def __getitem__(self, key) -> DW:
         return DW(self.hi[key], self.lo[key], self.rad[key])
@@ -74,13 +77,26 @@ def two_sum(a, b):
     """``a + b = s + e`` exactly (Knuth), for finite ``a + b``."""
     s = a + b
     bb = s - a
-    return s, (a - (s - bb)) + (b - bb)
+    if np.ndim(s) == 0:
+        return s, (a - (s - bb)) + (b - bb)
+    # The same operations in the same order, into arrays made here: at the block sizes used
+    # (arrays of about 1 MB) each fresh array costs more than the arithmetic on it.
+    e = s - bb
+    np.subtract(a, e, out=e)
+    np.subtract(b, bb, out=bb)
+    e += bb
+    return s, e
 
 
 def _split(a):
     c = _SPLITTER * a
-    hi = c - (c - a)
-    return hi, a - hi
+    if np.ndim(c) == 0:
+        hi = c - (c - a)
+        return hi, a - hi
+    hi = c - a
+    np.subtract(c, hi, out=hi)                       # c − (c − a)
+    np.subtract(a, hi, out=c)                        # a − hi
+    return hi, c
 
 
 def two_prod(a, b):
@@ -88,27 +104,65 @@ def two_prod(a, b):
     p = a * b
     ah, al = _split(a)
     bh, bl = _split(b)
-    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    if np.ndim(p) == 0:
+        return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    e = ah * bh                                      # ((ah·bh − p) + ah·bl + al·bh) + al·bl
+    e -= p
+    t = ah * bl
+    e += t
+    np.multiply(al, bh, out=t)
+    e += t
+    np.multiply(al, bl, out=t)
+    e += t
+    return p, e
+
+
+def _on_scalars(op, a: DW, b: DW) -> DW:
+    """``op`` on two double words of one value each, as arrays of one element (the in-place
+    steps of :func:`add` and :func:`mul` need arrays to write into)."""
+    one = op(*(DW(*(np.reshape(v, 1) for v in (x.hi, x.lo, x.rad))) for x in (a, b)))
+    return DW(one.hi[0], one.lo[0], one.rad[0])
 
 
 def add(a: DW, b: DW) -> DW:
+    if np.ndim(a.hi) == 0 and np.ndim(b.hi) == 0:
+        return _on_scalars(add, a, b)
     s, e = two_sum(a.hi, b.hi)
     t = a.lo + b.lo
-    e2 = e + t
-    hi, lo = two_sum(s, e2)
-    err = U * (np.abs(t) + np.abs(e2))
-    return DW(hi, lo, (a.rad + b.rad + err) * _STD)
+    e += t                                           # e2 = e + t
+    hi, lo = two_sum(s, e)
+    np.abs(t, out=t)                                 # err = U·(|t| + |e2|)
+    t += np.abs(e, out=s)
+    t *= U
+    rad = a.rad + b.rad
+    rad += t
+    rad *= _STD
+    return DW(hi, lo, rad)
 
 
 def mul(a: DW, b: DW) -> DW:
+    if np.ndim(a.hi) == 0 and np.ndim(b.hi) == 0:
+        return _on_scalars(mul, a, b)
     p, e = two_prod(a.hi, b.hi)
     t1, t2 = a.hi * b.lo, a.lo * b.hi
     t = t1 + t2
-    e2 = e + t
-    hi, lo = two_sum(p, e2)
-    err = U * (np.abs(t1) + np.abs(t2) + np.abs(t) + np.abs(e2)) + np.abs(a.lo * b.lo) + _UNDER
-    rad = a.magnitude() * b.rad + b.magnitude() * a.rad + a.rad * b.rad + err
-    return DW(hi, lo, rad * _STD)
+    e += t                                           # e2 = e + t
+    hi, lo = two_sum(p, e)
+    # err = U·(|t1| + |t2| + |t| + |e2|) + |a.lo·b.lo| + _UNDER
+    err = np.abs(t1, out=t1)
+    err += np.abs(t2, out=t2)
+    err += np.abs(t, out=t)
+    err += np.abs(e, out=e)
+    err *= U
+    err += np.abs(np.multiply(a.lo, b.lo, out=t2), out=t2)
+    err += _UNDER
+    # rad = |a|·b.rad + |b|·a.rad + a.rad·b.rad + err
+    rad = a.magnitude() * b.rad
+    rad += np.multiply(b.magnitude(), a.rad, out=t)
+    rad += np.multiply(a.rad, b.rad, out=t)
+    rad += err
+    rad *= _STD
+    return DW(hi, lo, rad)
 
 
 def div(n: DW, d: DW) -> DW:

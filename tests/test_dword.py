@@ -80,6 +80,26 @@ def test_add_mul_div_enclose_the_exact_results(seed, radius):
 
 
 @settings(deadline=None)
+@given(seeds, st.booleans())
+def test_add_and_mul_give_the_same_bits_broadcast_and_on_single_values(seed, radius):
+    # add and mul work in place on the arrays they create; broadcast operands (the softmax's
+    # y_j · c_j) and single values (0-d) must come out as the same elementwise operations.
+    rng = np.random.default_rng(seed)
+    a, b = _random_dw(rng, 12, 30, radius), _random_dw(rng, 12, 30, radius)
+    col = DW(*(v.reshape(4, 3)[:, :1] for v in (a.hi, a.lo, a.rad)))        # (4, 1)
+    row = DW(*(v[:3].reshape(1, 3) for v in (b.hi, b.lo, b.rad)))           # (1, 3)
+    wide = [DW(*(np.broadcast_to(v, (4, 3)).copy() for v in (x.hi, x.lo, x.rad))) for x in (col, row)]
+    for op in (dword.add, dword.mul):
+        broadcast, explicit = op(col, row), op(*wide)
+        for i in range(12):
+            scalar = op(a[i], b[i])
+            assert np.ndim(scalar.hi) == 0
+            assert (scalar.hi, scalar.lo, scalar.rad) == (op(a, b).hi[i], op(a, b).lo[i], op(a, b).rad[i])
+        for f in ("hi", "lo", "rad"):
+            assert np.array_equal(getattr(broadcast, f), getattr(explicit, f))
+
+
+@settings(deadline=None)
 @given(seeds, st.floats(-700.0, 5.0), st.booleans())
 def test_exp_encloses_the_exact_exponential(seed, centre, radius):
     rng = np.random.default_rng(seed)
