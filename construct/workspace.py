@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .accurate import shared_context
 from .arith import Arithmetic
 from .claim1 import claim1_factors, interior_targets
 from .data import Dataset
@@ -49,8 +50,9 @@ class Workspace:
         E_low = ar.lowered(E)
         Z = ar.zeros((data.T, H * data.d))
         norms = ar.low.to_host(ar.low.xp.max(ar.low.vector_norm(E_low, axis=2), axis=1))
+        context = data.E[0] if shared_context(data.E) else None
         return cls(ar, E, X, E_low, norms, ar.zeros((H, data.d, d_h)), ar.zeros((H, data.d, d_h)), Z,
-                   ar.row_reduction(Z), np.random.default_rng(seed))
+                   ar.row_reduction(Z, context), np.random.default_rng(seed))
 
     @property
     def d(self) -> int:

@@ -22,7 +22,7 @@ CASES = {
     "independent": (dict(kind="independent", T=13, n=4, d=7), dict(heads=4),
                     "b04b53043740229b9c7efdb2a8c06d26efb596f032df0c60682945a4cc68fb5b"),
     "shared": (dict(kind="shared", T=13, n=4, d=7), dict(heads=4),
-               "07d8cfba518930c25dfb862d3bdbe0a80130da8d309b962b4b1bd6947703f8e3"),
+               "c60a3528711c12a4448206dd2d39ceb8455be0dfee4954d33113572c769117ed"),
     "general-position": (dict(kind="general-position", T=13, n=4, d=7), dict(heads=4),
                          "5c55ae93ac9c990e29555b719b29d3dca53aecdbbaeba9982c3b391c2bb9f358"),
     "skip": (dict(kind="independent", T=13, n=4, d=7), dict(heads=4, skip=True),
@@ -36,7 +36,7 @@ CASES = {
     "scale-explicit": (dict(kind="independent", T=10, n=4, d=7), dict(heads=3, scale="explicit"),
                        "db7e66cdb9e47a33d39071afcbe0ff4a0f8d8f60018bb3497405e70d7f3b8d26"),
     "shared-saturating": (dict(kind="shared", T=13, n=4, d=7), dict(heads=4, scale="saturating"),
-                          "3b166a6e132c52f00ab963b1ade619d6a8af3e9edc901ef8e26db272c0ec0305"),
+                          "e6d93ed1ee106719cfd8f335bb8c6d4a58c55a343603ced918721422e4d41664"),
     "mpmath-128-bits": (dict(kind="independent", T=7, n=3, d=5), dict(heads=3, precision=128),
                         "8c3fba35fb510d74fcf482ed8a96f698c8192c8492728e682296676fad300117"),
     "auto-chooses-mpmath": (dict(kind="near-degenerate"), dict(heads=3),
@@ -52,11 +52,11 @@ CASES = {
     "n32-independent": (dict(kind="independent", T=249, n=32, d=64), dict(heads=8),
                         "f4570924ba2c9297dee1e2d9114edc29cd0c1fd4eea4f671079a2f211dca002b"),
     "n32-shared": (dict(kind="shared", T=249, n=32, d=64), dict(heads=8),
-                   "c008258bdf6f1b962637f4bf741e4f1f31b0fd4e08de210749de2be41ab92bd5"),
+                   "1104ac01dd7f1bdc5af93853c03f5f829ea798200aa13da60ba73e674f91c6c8"),
     "H64-independent": (dict(kind="independent", T=449, n=8, d=16), dict(heads=64),
                         "57bff4dff81ff11023285e4a34778303711c98681bfc687285ef85fe11cc3b8c"),
     "H64-shared": (dict(kind="shared", T=449, n=8, d=16), dict(heads=64),
-                   "293b025fc2e1313d80981262b769ccefcaf6bafea18fd295ad9627354d15b287"),
+                   "3e0cbda4328b2d860303156bd899ddcfeaafae07816476b6bed1c0b3845c3171"),
 }
 
 

@@ -14,7 +14,7 @@ from construct.model import head_logits, softmax
 from construct.readout import min_norm_solve, readout_weights
 from construct.arith import FLOAT64
 from construct.arith.blocked import BlockedRowFactor
-from construct.arith.factor import RowSpaceFactor
+from construct.arith.factor import CoordinateFactor, RowSpaceFactor
 from construct.saturation import (explicit_scale, perturbation_at, rank_perturbation_bound, saturation_bound,
                                   smallest_scale)
 
@@ -57,6 +57,37 @@ def test_incremental_factor_matches_direct_projection(seed, sizes, ill, parallel
         stop += m
     factor.add_features(F)
     factor.commit()
+    G = Z @ Z.T
+    assert np.allclose(factor.R.T @ factor.R, G, atol=1e-10 * np.abs(G).max())
+
+
+
+@given(seeds, st.integers(2, 5), st.lists(st.integers(1, 4), min_size=2, max_size=6), st.floats(0, 6))
+def test_coordinates_factor_projects_as_the_features_do(seed, n, sizes, decades):
+    """On a shared context E_0 (n < d) every head's features E_0^T s lie in its row space: the
+    factor of the coordinates P = Z (I_H ⊗ Q) gives the projections of Z's own rows and
+    R^T R = Z Z^T, with n columns per head instead of d (the later heads' features scaled down
+    by up to 10^-decades, as saturation leaves them nearly dependent)."""
+    rng = np.random.default_rng(seed)
+    d, H = n + 3, len(sizes) + 1
+    sizes = [min(sizes[0], n)] + [min(m, n - 1) for m in sizes[1:]]    # what h heads can fit
+    E0 = rng.standard_normal((n, d))
+    T = sum(sizes)
+    S = rng.uniform(0.1, 1, (T, H, n))
+    Z = (S @ E0).reshape(T, H * d) * np.repeat(np.logspace(0, -decades, H), d)
+    Q, _ = np.linalg.qr(E0.T)
+    factor = CoordinateFactor(Z, Q)
+    stop = sizes[0]
+    factor.stage(stop)
+    for h, m in enumerate(sizes[1:], start=1):
+        C = factor.advance(h * d, stop + m)
+        expected = Z[stop:stop + m, :h * d] @ np.linalg.pinv(Z[:stop, :h * d], rcond=1e-13)
+        assert np.allclose(C, expected, atol=1e-7 * max(1, np.abs(expected).max()))
+        stop += m
+    factor.add_features(H * d)
+    assert factor.P.shape == (T, H * n)
+    factor.commit()
+    assert factor.P is None                         # R covers every row and feature
     G = Z @ Z.T
     assert np.allclose(factor.R.T @ factor.R, G, atol=1e-10 * np.abs(G).max())
 

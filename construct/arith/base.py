@@ -281,10 +281,13 @@ class Arithmetic:
         Q = self.span_projector(A)
         return float(self.to_host(self.vector_norm(x - Q @ (self.xp.matrix_transpose(Q) @ x), 0)))
 
-    def row_reduction(self, Z):
+    def row_reduction(self, Z, context=None):
         """The row-space factor of ``Z`` that the head loop grows: in float64 the blocked factor
         (:mod:`construct.arith.blocked`); otherwise refactorized per head
-        (:class:`construct.arith.factor.GramRowReduction`)."""
+        (:class:`construct.arith.factor.GramRowReduction`).
+
+        ``context``: the one context (n, d) every example shares, when they do; an arithmetic
+        may then factor ``Z``'s coordinates in its row space (the CPU's, where ``n < d``)."""
         if self.bits == 53:
             from .blocked import BlockedRowFactor
             return BlockedRowFactor(Z, self)

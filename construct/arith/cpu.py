@@ -168,8 +168,11 @@ class Float64(NumpyArithmetic):
         coef, *_ = np.linalg.lstsq(A, x, rcond=None)
         return float(np.linalg.norm(x - A @ coef))
 
-    def row_reduction(self, Z):
-        from .factor import RowSpaceFactor
+    def row_reduction(self, Z, context=None):
+        from .factor import CoordinateFactor, RowSpaceFactor
+        if context is not None and context.shape[0] < context.shape[1]:
+            Q, _ = np.linalg.qr(context.T)                      # (d, n): the context's row space
+            return CoordinateFactor(Z, Q, self.parallel)
         return RowSpaceFactor(Z, self.parallel)
 
     def row_rank(self, Z, reduction=None, overwrite: bool = False) -> RowRank:

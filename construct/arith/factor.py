@@ -212,6 +212,61 @@ class RowSpaceFactor:
 
 
 
+class CoordinateFactor:
+    """:class:`RowSpaceFactor` of the coordinates ``P = Z (I_H ⊗ Q)`` of a feature matrix ``Z``
+    (T, H·d) whose every head's features lie in the span of ``Q`` (d, n), orthonormal, ``n < d``:
+    on a shared context ``E_0`` (n, d), the row space of ``E_0`` (every feature is ``E_0^T s``).
+
+    ``P P^T = Z (I_H ⊗ Q Q^T) Z^T = Z Z^T``, so ``R^T R = Z Z^T`` and the projections
+    ``C = Z'_S (Z'_A)^+ = P'_S (P'_A)^+`` are the same in exact arithmetic, with ``n`` columns per
+    head instead of ``d``: every product with the fitted rows and the update of ``R`` cost
+    ``n/d`` of what they cost on ``Z``. Computing ``P`` moves it by about ``u·√d·‖Z‖``, as much
+    as the factorization moves ``Z`` itself. A head's coordinates are computed once its features
+    are final, when the factor first asks for them. Memory: ``P`` is ``n/d`` of ``Z``, held until
+    ``R`` covers every row and feature.
+
+    The interface of :class:`RowSpaceFactor`, in ``Z``'s feature counts (multiples of ``d``).
+    """
+
+    def __init__(self, Z: np.ndarray, Q: np.ndarray, parallel: bool = False):
+        T, F = Z.shape
+        self.d, self.n = Q.shape
+        self.Z, self.Q = Z, Q
+        self.P = np.empty((T, F // self.d * self.n))
+        self._inner = RowSpaceFactor(self.P, parallel)
+        self._heads = 0                             # heads whose coordinates are in P
+
+    @property
+    def R(self) -> np.ndarray:
+        return self._inner.R
+
+    def _columns(self, f: int) -> int:
+        """The coordinates' count for ``Z``'s first ``f`` features, computing them as needed."""
+        d, n = self.d, self.n
+        if f % d:
+            raise ValueError(f"{f} features are not whole heads of {d}")
+        for h in range(self._heads, f // d):
+            np.matmul(self.Z[:, h * d:(h + 1) * d], self.Q, out=self.P[:, h * n:(h + 1) * n])
+        self._heads = max(self._heads, f // d)
+        return f // d * n
+
+    def stage(self, stop: int) -> np.ndarray:
+        return self._inner.stage(stop)
+
+    def advance(self, f_new: int, stop: int) -> np.ndarray:
+        return self._inner.advance(self._columns(f_new), stop)
+
+    def add_features(self, f_new: int) -> None:
+        self._inner.add_features(self._columns(f_new))
+
+    def commit(self) -> None:
+        self._inner.commit()
+        P = self.P
+        if P is not None and self._inner.a == P.shape[0] and self._heads * self.n == P.shape[1]:
+            self._inner.Z = self.P = None           # R is final: the coordinates can go
+
+
+
 class GramRowReduction:
     """The row reduction by normal equations: ``C = V Z_A^T (Z_A Z_A^T)^{-1}``, refactorized per head.
 
