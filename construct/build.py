@@ -16,7 +16,7 @@ import numpy as np
 
 from . import policy
 from . import precision as precision_mod
-from .accurate import VISIBLE, rounding_visible, shared_context
+from .accurate import VISIBLE, changed_outputs, rounding_visible, shared_context
 from .accurate import outputs as accurate_outputs
 from .arith import Arithmetic, gpu
 from .data import Dataset, checked
@@ -261,22 +261,26 @@ def _refined(ar: Arithmetic, ws: Workspace, data: Dataset, tol: float, B, weight
     shows that rounding reaches the tolerance (:func:`construct.accurate.rounding_visible`), the
     outputs are evaluated in double words and ``B`` corrected by the min-norm solution of
     ``Z δ = y − f`` with the factor the construction already has: iterative refinement with the
-    residual in double words. Returns the weights and their outputs in double words (None when
-    float64's rounding stayed small).
+    residual in double words. A correction changes the values alone, so the corrected outputs
+    are the first pass's plus the change through its probabilities
+    (:func:`construct.accurate.changed_outputs`), not a second pass. Returns the weights and
+    their outputs (None when float64's rounding stayed small).
     """
     allowed = tol * max(1.0, float(np.abs(data.Y).max()))
     E, X = data.E[0], data.X
     if not rounding_visible(weights, E, X, ar.to_host(output_from_features(ws.Z, ws.X, weights.map(ar.asarray), ar)),
                             allowed):
         return weights, None
-    outputs = accurate_outputs(weights, E, X)
+    probabilities = np.empty((data.T, weights.H, data.n))
+    outputs = accurate_outputs(weights, E, X, probabilities)
     for _ in range(REFINEMENTS):
         residual = data.Y - outputs
         if not (np.all(np.isfinite(residual)) and np.abs(residual).max() > VISIBLE * allowed):
             break
         B = B + min_norm_solve(ws.Z, ws.reduction, ar.asarray(residual), ar)
-        weights = readout(B)
-        outputs = accurate_outputs(weights, E, X)
+        corrected = readout(B)
+        outputs = changed_outputs(outputs, probabilities, weights, corrected, E)
+        weights = corrected
     return weights, outputs
 
 

@@ -407,9 +407,13 @@ def _columns(M: DW, hs: slice) -> DW:
     return DW(*(np.concatenate(list(getattr(M, f)[hs]), axis=1) for f in ("hi", "lo", "rad")))
 
 
-def _attend(L: DW, c: DW) -> DW:
+def _attend(L: DW, c: DW, probabilities: np.ndarray | None = None) -> DW:
     """``Σ_j exp(ℓ_j − m) c_j / Σ_j exp(ℓ_j − m)``: the logits ``L`` (rows, heads, n), the values
-    ``c`` (heads, n, d_o) or (rows, heads, n, d_o); one division per example and head."""
+    ``c`` (heads, n, d_o) or (rows, heads, n, d_o); one division per example and head.
+
+    ``probabilities`` (rows, heads, n), if given, receives the softmax in float64: each
+    ``exp(ℓ_j − m)`` and their sum rounded to float64, then divided (relative error at most
+    ``3u`` plus the double words' radii)."""
     n = L.hi.shape[-1]
     m = L.hi.max(axis=-1, keepdims=True)
     s, e = two_sum(L.hi, -np.broadcast_to(m, L.hi.shape))
@@ -420,6 +424,8 @@ def _attend(L: DW, c: DW) -> DW:
     for j in range(1, n):
         den = add(den, y[..., j])
         num = add(num, mul(y[..., j, None], c[..., j, :]))                             # (rows, heads, d_o)
+    if probabilities is not None:
+        np.divide(y.hi + y.lo, (den.hi + den.lo)[..., None], out=probabilities)
     return div(num, den[..., None])
 
 
@@ -482,15 +488,23 @@ def outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: bool, r
 _BLOCK_ROWS = 256
 
 
+def shared_values(E: np.ndarray, W_V, W_O, W_D) -> DW:
+    """``c_h = E (W_V,h (W_O,h W_D))`` (H, n, d_o) in double words: what each head's softmax
+    weighs on the shared context ``E`` (n, d)."""
+    H, n = W_V.shape[0], E.shape[0]
+    return matmul(DW.exact(np.broadcast_to(E, (H, n, E.shape[1]))), _value_maps(W_V, W_O, W_D))
+
+
 def shared_outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: bool, rows=None,
-                   heads_per_block: int = 16) -> DW:
+                   heads_per_block: int = 16, probabilities: np.ndarray | None = None) -> DW:
     """The exact model's outputs (T, d_o) on one shared context ``E`` (n, d), as double words.
 
     Per head: ``A_h = W_Q,h (W_K,h^T E^T)`` (d, n) and ``c_h = E (W_V,h (W_O,h W_D))`` (n, d_o) in
     double words; the logits ``X A_h`` by exact slice products; the softmax as
     ``Σ_j exp(ℓ_j − m) c_hj / Σ_j exp(ℓ_j − m)`` (one division per example and head), summed
     over the heads. ``rows(fn, T)``: how to run ``fn(lo, hi)`` over blocks of the examples (in
-    parallel, for instance); by default one block.
+    parallel, for instance); by default one block. ``probabilities`` (T, H, n), if given,
+    receives the softmax of every example and head in float64 (:func:`_attend`).
     """
     T, d = X.shape
     H = W_V.shape[0]
@@ -498,7 +512,7 @@ def shared_outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: 
     dw = DW.exact
     B = matmul(dw(np.swapaxes(W_K, 1, 2)), dw(np.broadcast_to(E.T, (H, d, n))))           # (H, d_h, n)
     A = matmul(dw(W_Q), B)                                                                 # (H, d, n)
-    C = matmul(dw(np.broadcast_to(E, (H, n, d))), _value_maps(W_V, W_O, W_D))             # (H, n, d_o)
+    C = shared_values(E, W_V, W_O, W_D)                                                    # (H, n, d_o)
     d_o = W_D.shape[1]
     out = DW.exact(np.zeros((T, d_o)))
 
@@ -514,7 +528,8 @@ def shared_outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: 
             hs = slice(h0, min(H, h0 + heads_per_block))
             L = exact_matmul(Xr, _columns(A, hs))                                          # (rows, |hs|·n)
             L = DW(*(v.reshape(hi - lo, hs.stop - hs.start, n) for v in (L.hi, L.lo, L.rad)))
-            acc = _sum_heads(acc, _attend(L, C[hs]))
+            p = None if probabilities is None else probabilities[lo:hi, hs, :]
+            acc = _sum_heads(acc, _attend(L, C[hs], p))
         if skip:
             acc = add(acc, matmul(dw(Xr[None]), dw(W_D[None]))[0])
         out.hi[lo:hi], out.lo[lo:hi], out.rad[lo:hi] = acc.hi, acc.lo, acc.rad

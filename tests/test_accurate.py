@@ -13,10 +13,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from construct import build, dword, synthetic, verify
-from construct.accurate import VISIBLE, reordered_outputs, rounding_visible
+from construct.accurate import VISIBLE, changed_outputs, reordered_outputs, rounding_visible
+from construct.accurate import outputs as accurate_outputs
 from construct.arith import FLOAT64
 from construct.certify import certify
-from construct.model import forward
+from construct.dword import U
+from construct.model import forward, sealed
 
 TIGHT = 2e-12
 
@@ -90,3 +92,42 @@ def test_refined_builds_meet_tight_tolerances_in_the_exact_model(seed, H, n, ski
     assert _exact_error_bound(result.weights, data) <= allowed
     with FLOAT64.session():
         assert verify(result.weights, data, tol=tol).passed
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), H=st.integers(1, 6), n=st.integers(2, 6), skip=st.booleans(),
+       change=st.floats(-9, 0))
+def test_changed_outputs_are_a_second_pass_in_double_words(seed, H, n, skip, change):
+    # The refinement's outputs after a correction of the readout: the first pass's outputs plus
+    # the change, through its probabilities, within the stated bound of a full second pass.
+    data = synthetic("shared", T=H * (n - 1) + 1, n=n, d=n + 2, seed=seed)
+    old = build(data, H, seed=seed, skip=skip).weights
+    rng = np.random.default_rng(seed)
+    W_V = old.W_V * (1 + 10.0**change * rng.standard_normal(old.W_V.shape))
+    new = sealed(old.W_K, old.W_Q, W_V, old.W_O, old.W_D, skip=skip, bits=None)
+    E, X = data.E[0], data.X
+    p = np.empty((data.T, H, n))
+    out = accurate_outputs(old, E, X, p)
+    got = changed_outputs(out, p, old, new, E)
+    full = dword.shared_outputs(E, X, new.W_K, new.W_Q, new.W_V, new.W_O, new.W_D, skip)
+    first = dword.shared_outputs(E, X, old.W_K, old.W_Q, old.W_V, old.W_O, old.W_D, skip)
+    assert np.array_equal(out, first.hi + first.lo)
+    assert np.all(p >= 0) and np.allclose(p.sum(axis=2), 1, rtol=0, atol=8 * n * U)
+    # The change's own size, Σ p |Δc|, by the definition c_h = E W_V,h W_O,h W_D in float64.
+    d_v = old.d_v
+    dc = np.stack([E @ (W_V[h] - old.W_V[h]) @ old.W_O[h * d_v:(h + 1) * d_v] @ old.W_D for h in range(H)])
+    size = p.reshape(data.T, H * n) @ np.abs(dc).reshape(H * n, -1)
+    gamma = (H * n + 1) * U / (1 - (H * n + 1) * U)
+    allowed = (1.01 * ((4 * U + gamma) * size + U * (np.abs(out) + 2 * np.abs(got)))
+               + 2 * (full.rad + first.rad) + 1e-300)
+    assert np.all(np.abs(got - (full.hi + full.lo)) <= allowed)
+
+
+def test_changed_outputs_refuse_another_attention():
+    data = synthetic("shared", T=7, n=3, d=5, seed=3)
+    old = build(data, 3, seed=3).weights
+    p = np.empty((data.T, 3, 3))
+    out = accurate_outputs(old, data.E[0], data.X, p)
+    other = sealed(old.W_K * 2, old.W_Q, old.W_V, old.W_O, old.W_D, skip=old.skip, bits=None)
+    with pytest.raises(ValueError, match="W_V and W_O alone"):
+        changed_outputs(out, p, old, other, data.E[0])
