@@ -96,15 +96,17 @@ def test_refined_builds_meet_tight_tolerances_in_the_exact_model(seed, H, n, ski
 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), H=st.integers(1, 6), n=st.integers(2, 6), skip=st.booleans(),
-       change=st.floats(-9, 0))
-def test_changed_outputs_are_a_second_pass_in_double_words(seed, H, n, skip, change):
+       change=st.floats(-9, 0), d_o=st.integers(1, 2))
+def test_changed_outputs_are_a_second_pass_in_double_words(seed, H, n, skip, change, d_o):
     # The refinement's outputs after a correction of the readout: the first pass's outputs plus
-    # the change, through its probabilities, within the stated bound of a full second pass.
-    data = synthetic("shared", T=H * (n - 1) + 1, n=n, d=n + 2, seed=seed)
+    # the change, through its probabilities, within the stated bound of a full second pass. The
+    # values W_V and W_O both change (a correction changes W_V; W_O may as well).
+    data = synthetic("shared", T=H * (n - 1) + 1, n=n, d=n + 2, d_o=d_o, seed=seed)
     old = build(data, H, seed=seed, skip=skip).weights
     rng = np.random.default_rng(seed)
     W_V = old.W_V * (1 + 10.0**change * rng.standard_normal(old.W_V.shape))
-    new = sealed(old.W_K, old.W_Q, W_V, old.W_O, old.W_D, skip=skip, bits=None)
+    W_O = old.W_O + 10.0**change * rng.standard_normal(old.W_O.shape)
+    new = sealed(old.W_K, old.W_Q, W_V, W_O, old.W_D, skip=skip, bits=None)
     E, X = data.E[0], data.X
     p = np.empty((data.T, H, n))
     out = accurate_outputs(old, E, X, p)
@@ -115,7 +117,8 @@ def test_changed_outputs_are_a_second_pass_in_double_words(seed, H, n, skip, cha
     assert np.all(p >= 0) and np.allclose(p.sum(axis=2), 1, rtol=0, atol=8 * n * U)
     # The change's own size, Σ p |Δc|, by the definition c_h = E W_V,h W_O,h W_D in float64.
     d_v = old.d_v
-    dc = np.stack([E @ (W_V[h] - old.W_V[h]) @ old.W_O[h * d_v:(h + 1) * d_v] @ old.W_D for h in range(H)])
+    dc = np.stack([E @ (W_V[h] @ W_O[h * d_v:(h + 1) * d_v] - old.W_V[h] @ old.W_O[h * d_v:(h + 1) * d_v])
+                   @ old.W_D for h in range(H)])
     size = p.reshape(data.T, H * n) @ np.abs(dc).reshape(H * n, -1)
     gamma = (H * n + 1) * U / (1 - (H * n + 1) * U)
     allowed = (1.01 * ((4 * U + gamma) * size + U * (np.abs(out) + 2 * np.abs(got)))
@@ -128,6 +131,10 @@ def test_changed_outputs_refuse_another_attention():
     old = build(data, 3, seed=3).weights
     p = np.empty((data.T, 3, 3))
     out = accurate_outputs(old, data.E[0], data.X, p)
-    other = sealed(old.W_K * 2, old.W_Q, old.W_V, old.W_O, old.W_D, skip=old.skip, bits=None)
-    with pytest.raises(ValueError, match="W_V and W_O alone"):
-        changed_outputs(out, p, old, other, data.E[0])
+    others = [sealed(old.W_K * 2, old.W_Q, old.W_V, old.W_O, old.W_D, skip=old.skip, bits=None),
+              sealed(old.W_K, old.W_Q * 2, old.W_V, old.W_O, old.W_D, skip=old.skip, bits=None),
+              sealed(old.W_K, old.W_Q, old.W_V, old.W_O, old.W_D * 2, skip=old.skip, bits=None),
+              sealed(old.W_K, old.W_Q, old.W_V, old.W_O, old.W_D, skip=not old.skip, bits=None)]
+    for other in others:
+        with pytest.raises(ValueError, match="W_V and W_O alone"):
+            changed_outputs(out, p, old, other, data.E[0])

@@ -62,35 +62,45 @@ def test_incremental_factor_matches_direct_projection(seed, sizes, ill, parallel
 
 
 
-@given(seeds, st.integers(2, 5), st.lists(st.integers(1, 4), min_size=2, max_size=6), st.floats(0, 6))
-def test_coordinates_factor_projects_as_the_features_do(seed, n, sizes, decades):
+@given(seeds, st.integers(2, 5), st.lists(st.integers(1, 4), min_size=1, max_size=6), st.floats(0, 6),
+       st.booleans(), st.booleans())
+def test_coordinates_factor_projects_as_the_features_do(seed, n, sizes, decades, parallel, repeated):
     """On a shared context E_0 (n < d) every head's features E_0^T s lie in its row space: the
     factor of the coordinates P = Z (I_H ⊗ Q) gives the projections of Z's own rows and
     R^T R = Z Z^T, with n columns per head instead of d (the later heads' features scaled down
-    by up to 10^-decades, as saturation leaves them nearly dependent)."""
+    by up to 10^-decades, as saturation leaves them nearly dependent). Z is written head by head
+    as the build writes it, after the factor has taken the heads before; ``repeated``: E_0 has
+    a token twice (rank below n)."""
     rng = np.random.default_rng(seed)
-    d, H = n + 3, len(sizes) + 1
-    sizes = [min(sizes[0], n)] + [min(m, n - 1) for m in sizes[1:]]    # what h heads can fit
+    n = max(n, 3) if repeated else n
+    d, H, r = n + 3, len(sizes) + 1, n - repeated                       # r: the rank of E_0
+    sizes = [min(sizes[0], r)] + [min(m, r - 1) for m in sizes[1:]]    # what h heads can fit
     E0 = rng.standard_normal((n, d))
+    if repeated:
+        E0[-1] = E0[0]
     T = sum(sizes)
     S = rng.uniform(0.1, 1, (T, H, n))
-    Z = (S @ E0).reshape(T, H * d) * np.repeat(np.logspace(0, -decades, H), d)
+    full = (S @ E0).reshape(T, H * d) * np.repeat(np.logspace(0, -decades, H), d)
+    Z = np.zeros_like(full)
+    Z[:, :d] = full[:, :d]
     Q, _ = np.linalg.qr(E0.T)
-    factor = CoordinateFactor(Z, Q)
+    factor = CoordinateFactor(Z, Q, parallel)
     stop = sizes[0]
     factor.stage(stop)
     for h, m in enumerate(sizes[1:], start=1):
         C = factor.advance(h * d, stop + m)
-        expected = Z[stop:stop + m, :h * d] @ np.linalg.pinv(Z[:stop, :h * d], rcond=1e-13)
+        expected = full[stop:stop + m, :h * d] @ np.linalg.pinv(full[:stop, :h * d], rcond=1e-13)
         assert np.allclose(C, expected, atol=1e-7 * max(1, np.abs(expected).max()))
+        Z[:, h * d:(h + 1) * d] = full[:, h * d:(h + 1) * d]          # head h's features, now final
         stop += m
+    Z[:, (H - 1) * d:] = full[:, (H - 1) * d:]
     factor.add_features(H * d)
     assert factor.P.shape == (T, H * n)
     factor.commit()
     assert factor.P is None                         # R covers every row and feature
-    G = Z @ Z.T
+    factor.commit()                                 # nothing staged: R stays as it is
+    G = full @ full.T
     assert np.allclose(factor.R.T @ factor.R, G, atol=1e-10 * np.abs(G).max())
-
 
 def _blocked(Z):
     factor = BlockedRowFactor(Z, FLOAT64)

@@ -287,7 +287,7 @@ class Arithmetic:
         (:class:`construct.arith.factor.GramRowReduction`).
 
         ``context``: the one context (n, d) every example shares, when they do; an arithmetic
-        may then factor ``Z``'s coordinates in its row space (the CPU's, where ``n < d``)."""
+        may then factor ``Z``'s coordinates in its row space (the CPU's, where ``2n ≤ d``)."""
         if self.bits == 53:
             from .blocked import BlockedRowFactor
             return BlockedRowFactor(Z, self)

@@ -170,7 +170,9 @@ class Float64(NumpyArithmetic):
 
     def row_reduction(self, Z, context=None):
         from .factor import CoordinateFactor, RowSpaceFactor
-        if context is not None and context.shape[0] < context.shape[1]:
+        # The coordinates save 1 − n/d of each product and cost n/d of Z in memory: taken where
+        # they at least halve the work.
+        if context is not None and 2 * context.shape[0] <= context.shape[1]:
             Q, _ = np.linalg.qr(context.T)                      # (d, n): the context's row space
             return CoordinateFactor(Z, Q, self.parallel)
         return RowSpaceFactor(Z, self.parallel)

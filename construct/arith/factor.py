@@ -260,6 +260,8 @@ class CoordinateFactor:
         self._inner.add_features(self._columns(f_new))
 
     def commit(self) -> None:
+        if self.P is None:                          # R is final: nothing is staged
+            return
         self._inner.commit()
         P = self.P
         if P is not None and self._inner.a == P.shape[0] and self._heads * self.n == P.shape[1]:
