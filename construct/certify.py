@@ -20,7 +20,11 @@ The claims:
     (:func:`construct.enclose.gram_eigenvalue_lower`); the radius of ``Z``'s enclosure is then
     taken off (Weyl). The cost is one Gram matrix and a few Cholesky factorizations. Where
     ``σ_min(Z)²`` is below the Gram matrix's rounding (an ill-conditioned ``Z``, as on shared
-    contexts), the float64 method falls back to the residual route below.
+    contexts), the float64 method falls back to the residual route below. On one shared context
+    ``E`` it first takes that route on the softmax instead: ``Z = Π (I_H ⊗ E)`` with ``Π`` every
+    head's softmax side by side, enclosed to about ``u`` by double words, so
+    ``σ_min(Z) ≥ σ_min(Π)·σ_n(E)``, the second factor by the Gram route on ``E``; failing that,
+    on ``Z`` enclosed from the same softmax.
   - ``interval`` (and that fall-back): with ``X`` any approximate right inverse of ``Z``
     (computed without care), the enclosure of ``I − Z X`` has ∞-norm ``r < 1``. Then ``Z X``
     (T × T) is nonsingular, so ``rank Z = T``; and ``σ_min(Z) ≥ (1 − r₂)/‖X‖_F`` with
@@ -362,12 +366,24 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float) -> dict:
                 o_rad = enclose.up(o_rad + X_rad, 1)
         out, out_rad = enclose.matmul(o, o_rad, weights.W_D)
         bounds = enclose.up(np.abs(out - data.Y) + out_rad, 2).max(axis=1)     # per example
-        # Double words take exact inputs: not after a pre-layer, whose outputs are only enclosed.
-        if E_rad is None:
-            bounds = _tighter(bounds, weights, data, allowed)
-        error_bound = float(bounds.max())
         rank = _gram_rank_claim(Z, rad_norm) if Z is not None else {}
-        if Z is not None and not rank:      # too ill-conditioned for the Gram matrix (σ_min² below its rounding)
+        # Double words take exact inputs: not after a pre-layer, whose outputs are only enclosed.
+        # On one shared context, where the Gram route failed, they also give the softmax, which
+        # proves the rank without Z (_softmax_rank_claim) or else encloses Z again to about u.
+        refine = Z is not None and not rank and E_rad is None and shared_context(data.E)
+        softmax = None
+        if refine:
+            Z, softmax = None, (np.empty((T, H, n)), np.empty((T, H, n)))
+        if E_rad is None:
+            bounds = _tighter(bounds, weights, data, allowed, softmax)
+        error_bound = float(bounds.max())
+        if refine:
+            rank = _softmax_rank_claim(*softmax, data.E[0])
+            if not rank:
+                Z, Z_rad = _shared_features(*softmax, data.E[0])
+                del softmax
+                rank = _residual_rank_claim(Z, Z_rad, T)
+        elif Z is not None and not rank:      # too ill-conditioned for the Gram matrix (σ_min² below its rounding)
             rank = _residual_rank_claim(Z, _feature_radius(weights, inputs), T)
         claims = {"memorization": {"max_abs_error_bound": error_bound if math.isfinite(error_bound) else None},
                   "rank": rank}
@@ -379,20 +395,65 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float) -> dict:
     return claims
 
 
-def _tighter(bounds: np.ndarray, weights: Weights, data: Dataset, allowed: float) -> np.ndarray:
+def _tighter(bounds: np.ndarray, weights: Weights, data: Dataset, allowed: float,
+             softmax: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """The per-example bounds on ``max |f − y|``, with the examples whose float64 bound exceeds
     ``allowed`` enclosed again in double words (:func:`construct.dword.outputs`, to about ``u²``);
-    an example keeps the smaller of its two bounds. Only those examples pay for it."""
-    again = np.flatnonzero(~(bounds <= allowed))
+    an example keeps the smaller of its two bounds. Only those examples pay for it, unless
+    ``softmax`` (two (T, H, n) arrays, on a shared context) asks for every example's softmax
+    and its radius (:func:`construct.dword.shared_outputs`)."""
+    again = np.arange(data.T) if softmax is not None else np.flatnonzero(~(bounds <= allowed))
     if again.size == 0:
         return bounds
-    E = data.E[0] if shared_context(data.E) else data.E[again]
+    args = (weights.W_K, weights.W_Q, weights.W_V, weights.W_O, weights.W_D, weights.skip)
     with FLOAT64.session():
-        tight = dword.outputs(E, data.X[again], weights.W_K, weights.W_Q, weights.W_V, weights.W_O,
-                              weights.W_D, weights.skip, rows=FLOAT64.rows)
+        if softmax is not None:
+            tight = dword.shared_outputs(data.E[0], data.X, *args, rows=FLOAT64.rows,
+                                         probabilities=softmax[0], probability_radius=softmax[1])
+        else:
+            E = data.E[0] if shared_context(data.E) else data.E[again]
+            tight = dword.outputs(E, data.X[again], *args, rows=FLOAT64.rows)
     bounds = bounds.copy()
     bounds[again] = np.fmin(bounds[again], dword.row_bounds(tight, data.Y[again]))
     return bounds
+
+
+def _softmax_rank_claim(P: np.ndarray, P_rad: np.ndarray, E: np.ndarray) -> dict:
+    """On one shared context ``E`` (n, d): ``{"sigma_min_lower_bound": …}`` for ``Z`` from the
+    softmax ``P`` (T, H, n), each entry within ``P_rad`` of the exact one, when it can be proven;
+    otherwise ``{}``.
+
+    Head ``h``'s features are ``P_h E``, so ``Z = Π (I_H ⊗ E)`` with ``Π = [P_1 … P_H]``
+    (T × H·n). When ``E`` has full row rank, ``σ_min(Z) ≥ σ_min(Π)·σ_n(E)``: the residual route
+    bounds ``σ_min`` of every ``Π`` within ``P_rad`` (:func:`_residual_rank_claim`), the Gram
+    route bounds ``σ_n(E)`` (:func:`_gram_rank_claim`). ``Π`` has half the columns of ``Z`` at
+    ``n = d/2``, its entries are probabilities, and it carries no rounding of the product with
+    ``E``; on a shared context its condition number can be far below ``Z``'s, which sets how
+    far the residual route reaches (its right inverse leaves ``I − ΠX`` about ``u·cond²``).
+    """
+    T, H, n = P.shape
+    if H * n < T or n > E.shape[1]:
+        return {}
+    context = _gram_rank_claim(E, 0.0).get("sigma_min_lower_bound")
+    if not context:
+        return {}
+    softmax = _residual_rank_claim(P.reshape(T, H * n), P_rad.reshape(T, H * n), T).get("sigma_min_lower_bound")
+    return {"sigma_min_lower_bound": softmax * context * (1 - 2 * enclose.U)} if softmax else {}
+
+
+def _shared_features(P: np.ndarray, P_rad: np.ndarray, E: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """On one shared context ``E`` (n, d), the features from the softmax ``P`` (T, H, n), each
+    entry within ``P_rad`` of the exact one: ``(Z, Z_rad)`` (T, H·d), head ``h``'s columns
+    ``fl(P_h E)`` and ``γ_n |P_h||E| + P_rad,h |E|`` rounded up (:func:`construct.enclose.matmul`).
+    Where the float64 enclosure carries the logits' rounding (``u·|ℓ|``, large on saturated
+    heads), this one is about ``u`` relative."""
+    T, H, n = P.shape
+    d = E.shape[1]
+    Z, Z_rad = np.empty((T, H * d)), np.empty((T, H * d))
+    for h in range(H):
+        cols = slice(h * d, (h + 1) * d)
+        Z[:, cols], Z_rad[:, cols] = enclose.matmul(P[:, h, :], P_rad[:, h, :], E)
+    return Z, Z_rad
 
 
 # Shifts the rank claim tries: a fraction of the estimated σ_min(Z)², then smaller ones.

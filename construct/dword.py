@@ -407,13 +407,16 @@ def _columns(M: DW, hs: slice) -> DW:
     return DW(*(np.concatenate(list(getattr(M, f)[hs]), axis=1) for f in ("hi", "lo", "rad")))
 
 
-def _attend(L: DW, c: DW, probabilities: np.ndarray | None = None) -> DW:
+def _attend(L: DW, c: DW, probabilities: np.ndarray | None = None,
+            radius: np.ndarray | None = None) -> DW:
     """``Σ_j exp(ℓ_j − m) c_j / Σ_j exp(ℓ_j − m)``: the logits ``L`` (rows, heads, n), the values
     ``c`` (heads, n, d_o) or (rows, heads, n, d_o); one division per example and head.
 
     ``probabilities`` (rows, heads, n), if given, receives the softmax in float64: each
     ``exp(ℓ_j − m)`` and their sum rounded to float64, then divided (relative error at most
-    ``3u`` plus the double words' radii)."""
+    ``3u`` plus the double words' radii). ``radius`` (same shape, only with ``probabilities``),
+    if given, receives a bound on the distance of each from the exact softmax
+    (:func:`_probability_radius`)."""
     n = L.hi.shape[-1]
     m = L.hi.max(axis=-1, keepdims=True)
     s, e = two_sum(L.hi, -np.broadcast_to(m, L.hi.shape))
@@ -425,8 +428,29 @@ def _attend(L: DW, c: DW, probabilities: np.ndarray | None = None) -> DW:
         den = add(den, y[..., j])
         num = add(num, mul(y[..., j, None], c[..., j, :]))                             # (rows, heads, d_o)
     if probabilities is not None:
-        np.divide(y.hi + y.lo, (den.hi + den.lo)[..., None], out=probabilities)
+        total = den.hi + den.lo
+        np.divide(y.hi + y.lo, total[..., None], out=probabilities)
+        if radius is not None:
+            radius[...] = _probability_radius(probabilities, y.rad, total, den.rad)
     return div(num, den[..., None])
+
+
+def _probability_radius(p: np.ndarray, y_rad: np.ndarray, total: np.ndarray, den_rad: np.ndarray) -> np.ndarray:
+    """A bound on ``|Y_j/D − p_j|`` for every exact ``Y_j`` within ``y_rad`` of ``y_j = hi + lo``
+    and ``D`` within ``den_rad`` of ``hi + lo`` of the denominator, where ``p_j = fl(fl(y_j) /
+    total)`` and ``total = fl(D's hi + lo)``; ``inf`` where ``D`` is not bounded away from 0.
+
+    Two parts. The roundings: ``p_j`` is ``y_j/D̂`` up to three relative roundings (``D̂`` the
+    double word's ``hi + lo``), at most ``4u·p_j``, and an underflow's ``TINY`` in ``fl(y_j)``
+    and in the quotient. The radii: ``Y/D − y/D̂ = ((Y − y) − (y/D̂)(D − D̂)) / D``, at most
+    ``(y_rad + (y/D̂)·den_rad) / (D̂ − den_rad)``.
+    """
+    low = (total * (1 - 2 * U) - den_rad)[..., None]                 # D ≥ low, D̂ ≥ total(1 − 2u)
+    p = np.abs(p)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slack = 4 * U * p + TINY * (1 + 1 / low)                       # ≥ |y/D̂ − p|
+        r = ((y_rad + (p + slack) * den_rad[..., None]) / low + slack) * _STD
+    return np.where(low > 0, r, np.inf)
 
 
 def _sum_heads(acc: DW, f: DW) -> DW:
@@ -496,7 +520,8 @@ def shared_values(E: np.ndarray, W_V, W_O, W_D) -> DW:
 
 
 def shared_outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: bool, rows=None,
-                   heads_per_block: int = 16, probabilities: np.ndarray | None = None) -> DW:
+                   heads_per_block: int = 16, probabilities: np.ndarray | None = None,
+                   probability_radius: np.ndarray | None = None) -> DW:
     """The exact model's outputs (T, d_o) on one shared context ``E`` (n, d), as double words.
 
     Per head: ``A_h = W_Q,h (W_K,h^T E^T)`` (d, n) and ``c_h = E (W_V,h (W_O,h W_D))`` (n, d_o) in
@@ -504,7 +529,9 @@ def shared_outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: 
     ``Σ_j exp(ℓ_j − m) c_hj / Σ_j exp(ℓ_j − m)`` (one division per example and head), summed
     over the heads. ``rows(fn, T)``: how to run ``fn(lo, hi)`` over blocks of the examples (in
     parallel, for instance); by default one block. ``probabilities`` (T, H, n), if given,
-    receives the softmax of every example and head in float64 (:func:`_attend`).
+    receives the softmax of every example and head in float64, and ``probability_radius`` (T,
+    H, n), if given with it, a bound on each one's distance from the exact softmax
+    (:func:`_attend`).
     """
     T, d = X.shape
     H = W_V.shape[0]
@@ -529,7 +556,8 @@ def shared_outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: 
             L = exact_matmul(Xr, _columns(A, hs))                                          # (rows, |hs|·n)
             L = DW(*(v.reshape(hi - lo, hs.stop - hs.start, n) for v in (L.hi, L.lo, L.rad)))
             p = None if probabilities is None else probabilities[lo:hi, hs, :]
-            acc = _sum_heads(acc, _attend(L, C[hs], p))
+            r = None if probability_radius is None else probability_radius[lo:hi, hs, :]
+            acc = _sum_heads(acc, _attend(L, C[hs], p, r))
         if skip:
             acc = add(acc, matmul(dw(Xr[None]), dw(W_D[None]))[0])
         out.hi[lo:hi], out.lo[lo:hi], out.rad[lo:hi] = acc.hi, acc.lo, acc.rad

@@ -193,6 +193,38 @@ def test_per_example_outputs_enclose_the_exact_model(seed, H, n, extra, skip, d_
     assert np.all(out.rad <= 1e-20 * (1 + np.abs(out.hi)))     # and to about u² (weights of 1e6)
 
 
+def _softmax(values: list) -> list:
+    top = max(values)
+    e = [mpmath.exp(v - top) for v in values]
+    return [x / sum(e) for x in e]
+
+
+@settings(deadline=None, max_examples=30)
+@given(seeds, st.integers(1, 6), st.sampled_from([0.0, 2.0 ** -70, 2.0 ** -30]), st.integers(0, 9))
+def test_the_softmax_and_its_radius_enclose_every_exact_softmax(seed, n, radius, spread):
+    # Every exact softmax of logits within the double words' radii lies within the stated radius
+    # of the float64 probabilities: checked where each probability is pushed furthest (its own
+    # logit up and the others down, and the reverse). Spreads up to 2^9 saturate the softmax
+    # and underflow its smaller terms.
+    rng = np.random.default_rng(seed)
+    rows, heads = 3, 2
+    hi = rng.standard_normal((rows, heads, n)) * 2.0 ** spread
+    L = DW(hi, hi * rng.uniform(-1, 1, hi.shape) * 2.0 ** -54, (np.abs(hi) + 1) * radius)
+    c = DW.exact(rng.standard_normal((heads, n, 1)))
+    p, r = np.empty((rows, heads, n)), np.empty((rows, heads, n))
+    dword._attend(L, c, p, r)
+    U = 2.0 ** -53
+    for i in np.ndindex(rows, heads):
+        centre = [_value(L, np.ravel_multi_index(i + (j,), hi.shape)) for j in range(n)]
+        rad = [mpmath.mpf(float(L.rad[i + (j,)])) for j in range(n)]
+        for j in range(n):
+            for sign in (1, -1):
+                pushed = [v + sign * (q if k == j else -q) for k, (v, q) in enumerate(zip(centre, rad))]
+                assert abs(_softmax(pushed)[j] - mpmath.mpf(float(p[i + (j,)]))) <= mpmath.mpf(float(r[i + (j,)]))
+        if radius == 0:           # and tight: the roundings' 4u, and exp's own radius near underflow
+            assert np.all(r[i] <= 4.01 * U * p[i] + 1e-290)
+
+
 def test_per_example_and_shared_routes_agree_on_a_shared_context():
     data = synthetic("shared", T=3 * 5 + 1, n=6, d=8, seed=4)
     w = build(data, 3).weights

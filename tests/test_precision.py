@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
-from construct import ConstructionError, InputError, build, synthetic, verify
+import construct.certify as certify_module
+from construct import ConstructionError, InputError, build, dword, synthetic, verify
 from construct.certify import certify, check_certificate
 from construct.cli import main
 from construct.data import as_dataset, as_one_hot, load_dataset
@@ -194,6 +195,119 @@ def test_float64_feature_enclosure_contains_the_exact_features(seed):
         gap = np.abs(exact - p.asarray(z))
         assert all(g <= mpmath.mpf(r) for g, r in zip(gap.ravel(), z_rad.ravel()))
     assert z_rad.max() <= 1e-10 * max(1.0, np.abs(W_K).max())
+
+
+def _lifted_logits(rng, H: int, n: int, d: int, T: int, offset: float):
+    """A shared context ``E`` (n, d), queries and weights whose logits share a term of size
+    ``offset`` across the tokens: ``W_K`` has a part ``offset·u v^T`` with ``u`` orthogonal to
+    the tokens' differences, so ``u^T e_j`` is one number for every token."""
+    E = rng.standard_normal((n, d))
+    u = np.linalg.svd(E[1:] - E[0])[2][-1]                        # d > n − 1: a null direction
+    W_K = rng.standard_normal((H, d, 2)) + offset * u[None, :, None] * rng.standard_normal((H, 1, 2))
+    w = Weights(W_K=W_K, W_Q=rng.standard_normal((H, d, 2)), W_V=np.ones((H, d, 1)), W_O=np.ones((H, d)),
+                W_D=np.ones((d, 1)))
+    return E, rng.standard_normal((T, d)), w
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 3), st.integers(2, 4), st.integers(1, 3), st.sampled_from([1.0, 1e7]))
+def test_shared_features_from_the_double_word_softmax_contain_the_exact_features(seed, H, n, extra, offset):
+    # On one shared context, the features enclosed from the double words' softmax contain the
+    # exact ones (300 bits) to about u. With ``offset`` (_lifted_logits) every logit is about
+    # 1e7 while their differences stay near 1, as on saturated heads: the float64 enclosure then
+    # carries the logits' rounding, u·1e7, and this one does not.
+    d, T = n + extra, 5
+    E, X, w = _lifted_logits(np.random.default_rng(seed), H, n, d, T, offset)
+    P, P_rad = np.empty((T, H, n)), np.empty((T, H, n))
+    dword.shared_outputs(E, X, w.W_K, w.W_Q, w.W_V, w.W_O, w.W_D, False, probabilities=P, probability_radius=P_rad)
+    Z, Z_rad = certify_module._shared_features(P, P_rad, E)
+    p = Mpmath(300)
+    with p.working():
+        exact = feature_matrix(p.asarray(np.broadcast_to(E, (T, n, d))), p.asarray(X), w.map(p.asarray), p)
+        gap = np.abs(exact - p.asarray(Z))
+        assert all(g <= mpmath.mpf(r) for g, r in zip(gap.ravel(), Z_rad.ravel()))
+    scale = np.abs(E).max()
+    assert Z_rad.max() <= 8 * n * 2.0 ** -53 * scale                 # about u, whatever the logits
+    if offset > 1:
+        float64_rad = max(features(np.broadcast_to(E, (T, n, d)), X, w.W_K[h], w.W_Q[h])[1].max() for h in range(H))
+        assert float64_rad > 1e3 * Z_rad.max()
+
+
+def _exact_sigma_min(Z) -> mpmath.mpf:
+    M = mpmath.matrix([[mpmath.mpf(v) for v in row] for row in Z.tolist()])
+    return mpmath.sqrt(min(mpmath.eigsy(M * M.T, eigvals_only=True)))
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 3), st.integers(2, 4), st.integers(1, 3), st.sampled_from([1.0, 1e7]))
+def test_the_softmax_rank_bound_is_below_the_exact_sigma_min_of_z(seed, H, n, extra, offset):
+    # σ_min(Z) ≥ σ_min(Π)·σ_n(E) on one shared context, Π the softmax of every head side by
+    # side: the bound lies below the exact σ_min(Z) (300 bits), whatever the logits' size.
+    d, T = n + extra, min(5, H * n)
+    E, X, w = _lifted_logits(np.random.default_rng(seed), H, n, d, T, offset)
+    P, P_rad = np.empty((T, H, n)), np.empty((T, H, n))
+    dword.shared_outputs(E, X, w.W_K, w.W_Q, w.W_V, w.W_O, w.W_D, False, probabilities=P, probability_radius=P_rad)
+    claim = certify_module._softmax_rank_claim(P, P_rad, E)
+    p = Mpmath(300)
+    with p.working():
+        exact = _exact_sigma_min(feature_matrix(p.asarray(np.broadcast_to(E, (T, n, d))), p.asarray(X),
+                                                w.map(p.asarray), p))
+    if claim:
+        assert 0 < mpmath.mpf(claim["sigma_min_lower_bound"]) <= exact
+
+
+def test_the_softmax_rank_route_refuses_what_its_radius_leaves_open():
+    # Two examples whose softmax differs by 1e-6: σ_min(Π) is about 1e-6 and the rank is proven
+    # while the radius is u-sized. A radius of 1e-6 (forged) admits a Π with two equal rows,
+    # whose Z has rank below T: nothing may be claimed, though the centre is the same.
+    rng = np.random.default_rng(0)
+    H, n, d = 2, 3, 5
+    E = rng.standard_normal((n, d))
+    P = rng.uniform(0.1, 1, (3, H, n))
+    P[1] = P[0] + 1e-6 * np.array([1, -1, 0])
+    P /= P.sum(axis=2, keepdims=True)
+    small = np.full_like(P, 4 * 2.0 ** -53)
+    assert certify_module._softmax_rank_claim(P, small, E)["sigma_min_lower_bound"] > 1e-7
+    assert certify_module._softmax_rank_claim(P, np.full_like(P, 1e-6), E) == {}
+
+
+def test_the_softmax_rank_route_needs_a_context_of_full_row_rank():
+    # Two equal tokens: Z = Π (I ⊗ E) has rank at most H·(n − 1) < T although Π has full rank.
+    rng = np.random.default_rng(1)
+    H, n, d = 2, 3, 5
+    E = rng.standard_normal((n, d))
+    E[2] = E[0]
+    T = H * (n - 1) + 1
+    P = rng.uniform(0.1, 1, (T, H, n))
+    P /= P.sum(axis=2, keepdims=True)
+    radius = np.full_like(P, 4 * 2.0 ** -53)
+    assert np.linalg.matrix_rank(P.reshape(T, H * n)) == T
+    assert certify_module._softmax_rank_claim(P, radius, E) == {}
+    E[2] += 0.5                                            # distinct tokens: now it is proven
+    assert certify_module._softmax_rank_claim(P, radius, E)["sigma_min_lower_bound"] > 0
+
+
+@pytest.mark.parametrize("softmax_route", [True, False])
+def test_certify_on_shared_contexts_takes_the_softmax_when_the_gram_route_fails(monkeypatch, softmax_route):
+    # Where the Gram route on Z fails, the rank is proven from the double words' softmax: on Π
+    # (no residual field) or, failing that, on Z enclosed from it (the residual route).
+    data = synthetic("shared", T=3 * 5 + 1, n=6, d=8, seed=4)
+    w = build(data, 3).weights
+    seen = []
+    real = certify_module._softmax_rank_claim if softmax_route else lambda *a: {}
+    monkeypatch.setattr(certify_module, "_gram_rank_claim",
+                        lambda Z, rad: {} if Z.shape[0] == data.T else C_gram(Z, rad))
+    monkeypatch.setattr(certify_module, "_softmax_rank_claim", lambda *a: seen.append(a) or real(*a))
+    rank = certify(w, data, method="float64").claims["rank"]
+    assert len(seen) == 1 and rank["proven"]
+    assert ("residual_inf_norm_bound" in rank) is not softmax_route
+    p = Mpmath(300)
+    with p.working():
+        exact = _exact_sigma_min(feature_matrix(p.asarray(data.E), p.asarray(data.X), w.map(p.asarray), p))
+    assert 0 < mpmath.mpf(rank["sigma_min_lower_bound"]) <= exact
+
+
+C_gram = certify_module._gram_rank_claim
 
 
 def test_both_certify_methods_agree_and_float64_is_looser():
