@@ -310,6 +310,26 @@ def test_certify_on_shared_contexts_takes_the_softmax_when_the_gram_route_fails(
 C_gram = certify_module._gram_rank_claim
 
 
+def test_a_certificate_with_the_rank_as_version_0_2_0_proved_it_is_still_accepted(monkeypatch):
+    # 0.2.0 proved the rank on shared contexts by the residual route over Z's float64 enclosure,
+    # where certify now goes through the softmax: --check accepts the numbers of either route,
+    # and still refuses a bound that neither proves.
+    data = synthetic("shared", T=3 * 5 + 1, n=6, d=8, seed=4)
+    w = build(data, 3).weights
+    monkeypatch.setattr(certify_module, "_gram_rank_claim",
+                        lambda Z, rad: {} if Z.shape[0] == data.T else C_gram(Z, rad))
+    now = certify(w, data, method="float64").claims
+    assert now["rank"]["proven"] and "residual_inf_norm_bound" not in now["rank"]
+    raw = {k: v for k, v in now.items() if k not in certify_module.CLAIMS}
+    earlier = certify_module._finish({**raw, **certify_module._float64_claims(w, data, now["allowed"],
+                                                                               softmax_rank=False)}).claims
+    assert earlier["rank"]["proven"] and earlier["rank"]["residual_inf_norm_bound"] < 1
+    assert check_certificate(now, w, data) == [] and check_certificate(earlier, w, data) == []
+    forged = json.loads(json.dumps(earlier))
+    forged["rank"]["sigma_min_lower_bound"] *= 2
+    assert [p for p in check_certificate(forged, w, data) if p.startswith("rank.sigma_min_lower_bound")]
+
+
 def test_both_certify_methods_agree_and_float64_is_looser():
     data = synthetic("independent", T=9, n=3, d=5, seed=4)
     w = build(data, 4).weights
