@@ -422,9 +422,7 @@ def test_certify_rank_bound_is_below_the_exact_sigma_min_and_close_to_it():
     f64 = certify(w, data, method="float64")
     p = Mpmath(300)
     with p.working():
-        Z = feature_matrix(p.asarray(data.E), p.asarray(data.X), w.map(p.asarray), p)
-        M = mpmath.matrix([[mpmath.mpf(v) for v in row] for row in Z.tolist()])
-        exact = mpmath.sqrt(min(mpmath.eigsy(M * M.T, eigvals_only=True)))
+        exact = _exact_sigma_min(feature_matrix(p.asarray(data.E), p.asarray(data.X), w.map(p.asarray), p))
     lower = f64.claims["rank"]["sigma_min_lower_bound"]
     assert 0 < lower <= exact and lower >= 0.5 * float(exact)          # about 1/√2 of the truth (τ = σ²/2)
 
