@@ -76,11 +76,13 @@ def check(ar: Arithmetic, Z, weights: Weights, data: Dataset, tol: float = DEFAU
     spend: once the outputs are known, the rank may factor it in place.
     """
     allowed = tol * max(1.0, float(np.abs(ar.to_host(data.Y)).max()))
-    how = ar.name
+    how, sigma_above = ar.name, None
     with np.errstate(over="ignore", invalid="ignore"):        # overflow is a failure, not a warning
         if outputs is None:
             out = output_from_features(Z, data.X, weights, ar)
             gaps = ar.to_host(out - data.Y)
+            if reduction is None and ar.xp is np and weights.bits is None and ar.weights_bits is None:
+                sigma_above = _readout_sigma(weights, out, data.X)
             if detect and weights.bits is None and ar.weights_bits is None:
                 outputs = _where_rounding_shows(ar, weights, data, out, allowed)
         if outputs is not None:
@@ -88,15 +90,35 @@ def check(ar: Arithmetic, Z, weights: Weights, data: Dataset, tol: float = DEFAU
         err = float(np.abs(gaps).max())
     if not np.isfinite(err):
         err = float("inf")
-    r = _row_rank(ar, Z, data.E, reduction, overwrite)
+    r = _row_rank(ar, Z, data.E, reduction, overwrite, sigma_above)
     return Verification(T=data.T, rank_Z=r.rank, sigma_min_Z=r.sigma_min, sigma_max_Z=r.sigma_max,
                         rank_tol=r.tol, max_abs_error=err, tol=allowed,
                         passed=bool(err <= allowed and r.rank == data.T), outputs=how)
 
 
-def _row_rank(ar: Arithmetic, Z, E, reduction=None, overwrite: bool = False) -> RowRank:
+def _readout_sigma(weights: Weights, out: np.ndarray, X: np.ndarray) -> float | None:
+    """``‖Z B‖_F / ‖B‖_F`` for the readout ``B`` (H·d, d_o) that maps features to outputs
+    (``W_V,h W_O,h W_D`` for head ``h``), from the outputs ``out = Z B (+ X W_D)``; None where
+    it is not a positive number.
+
+    Where ``B``'s columns lie in the row space of ``Z`` (the construction's readout is a
+    minimum-norm solution: they do), ``σ_min(Z) ≤ ‖Z B‖_F / ‖B‖_F``. It only steers the rank's
+    method (:func:`construct.arith.lapack.row_factor`), so other weights cost time, not truth.
+    """
+    H, _, d_v = weights.W_V.shape
+    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):   # extreme scales: None
+        M = (weights.W_O @ weights.W_D).reshape(H, d_v, -1)             # (H, d_v, d_o)
+        B = np.matmul(weights.W_V, M)                                  # (H, d, d_o)
+        ZB = out - X @ weights.W_D if weights.skip else out
+        ratio = np.float64(np.linalg.norm(ZB)) / np.float64(np.linalg.norm(B))
+    return float(ratio) if np.isfinite(ratio) and ratio > 0 else None
+
+
+def _row_rank(ar: Arithmetic, Z, E, reduction=None, overwrite: bool = False,
+              sigma_above: float | None = None) -> RowRank:
     """``ar.row_rank(Z, reduction)``; on a shared context with fewer tokens than dimensions
     (``n < d``), from ``Z``'s coordinates in the context's row space when they settle it.
+    ``sigma_above``: what ``σ_min(Z)`` is expected to lie below (:func:`_readout_sigma`).
 
     Each head's features ``E_0^T s`` lie in the row space of the shared context ``E_0`` (n, d).
     With ``Q`` (d, n) an orthonormal basis of it (the QR of ``E_0^T``), ``P = Z (I_H ⊗ Q)`` has
@@ -112,11 +134,11 @@ def _row_rank(ar: Arithmetic, Z, E, reduction=None, overwrite: bool = False) -> 
             xp = ar.xp
             Q, _ = xp.linalg.qr(xp.matrix_transpose(E[0, ...]))                 # (d, n)
             P = xp.reshape(xp.reshape(Z, (T * H, d)) @ Q, (T, H * n))
-            r = ar.row_rank(P, overwrite=True)
+            r = ar.row_rank(P, overwrite=True, sigma_above=sigma_above)
             tol = ar.rank_tol(r.sigma_max, Z.shape)
             if r.sigma_min > tol:
                 return RowRank(T, r.sigma_max, r.sigma_min, tol)
-    return ar.row_rank(Z, reduction, overwrite)
+    return ar.row_rank(Z, reduction, overwrite, sigma_above)
 
 
 def _where_rounding_shows(ar: Arithmetic, weights: Weights, data: Dataset, out, allowed: float):

@@ -439,6 +439,76 @@ def test_row_factor_past_its_probe(log_cond):
     assert abs(s_max - 1) <= 1e-6 and abs(s_min - 10.0 ** -log_cond) <= 1e-6 * 10.0 ** -log_cond + 1e-14
 
 
+def _spectrum(rng, T: int, k: int, log_cond: float):
+    U, _ = np.linalg.qr(rng.standard_normal((T, T)))
+    V, _ = np.linalg.qr(rng.standard_normal((k, T)))
+    return (U * np.logspace(0, -log_cond, T)) @ V.T
+
+
+def _counting_gram(monkeypatch) -> list:
+    """Count row_factor's Gram matrices."""
+    import construct.arith.lapack as lapack
+    calls, syrk = [], lapack.syrk
+    monkeypatch.setattr(lapack, "syrk", lambda Z: calls.append(Z.shape) or syrk(Z))
+    return calls
+
+
+@pytest.mark.parametrize("log_cond", [2, 10])
+def test_row_factor_skips_the_gram_matrix_where_the_callers_sigma_shows_it_would_be_rejected(monkeypatch, log_cond):
+    # A σ the caller expects σ_min(Z) below only picks the method: where the Gram's rounding
+    # would swamp it, the QR straight away; the result is Z's either way, even for a wrong σ.
+    calls = _counting_gram(monkeypatch)
+    T, k = 300, 320
+    Z = _spectrum(np.random.default_rng(log_cond), T, k, log_cond)
+    row_factor(Z)
+    unhinted, calls[:] = list(calls), []
+    if log_cond == 2:
+        assert unhinted == [(T, k)]                                   # well conditioned: the Gram
+    for sigma_above in (1e-9, 10.0 ** -log_cond, 1.0):
+        calls.clear()
+        R, (s_max, s_min) = row_factor(Z, sigma_above=sigma_above)
+        futile = 3e-4 * sigma_above ** 2 < (gamma(k) + gamma(T + 1)) * float(np.sum(Z * Z))
+        assert calls == ([] if futile else unhinted), sigma_above
+        assert np.allclose(R.T @ R, Z @ Z.T, atol=1e-12)
+        assert abs(s_max - 1) <= 1e-6 and abs(s_min - 10.0 ** -log_cond) <= 1e-6 * 10.0 ** -log_cond + 1e-14
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=seeds, kind=st.sampled_from(["independent", "shared", "general-position"]),
+       skip=st.booleans(), d_o=st.integers(1, 2))
+def test_the_readout_sigma_lies_above_sigma_min(seed, kind, skip, d_o):
+    # The construction's readout B is a minimum-norm solution: its columns lie in Z's row space,
+    # so ‖Z B‖_F / ‖B‖_F ≥ σ_min(Z) (up to rounding: B leaves that space by about u·‖B‖).
+    import sys
+    from construct import synthetic
+    from construct.build import build
+    from construct.model import feature_matrix, output_from_features
+    readout_sigma = sys.modules["construct.verify"]._readout_sigma
+    data = synthetic(kind, T=13, n=4, d=7, d_o=d_o, seed=seed)
+    w = build(data, 4, seed=seed, skip=skip).weights
+    Z = feature_matrix(data.E, data.X, w)
+    sigma = readout_sigma(w, output_from_features(Z, data.X, w), data.X)
+    assert sigma >= np.linalg.svd(Z, compute_uv=False)[-1] * (1 - 1e-9)
+
+
+def test_verify_on_a_shared_context_spares_the_futile_gram_matrix(monkeypatch):
+    # Shared contexts are ill-conditioned: the readout's σ shows the Gram route would be
+    # rejected, and verify goes to the QR at once, with the same rank and extremes.
+    from construct import synthetic
+    from construct.build import build
+    from construct.verify import verify
+    calls = _counting_gram(monkeypatch)
+    data = synthetic("shared", T=96 * 7 + 1, n=8, d=16, seed=0)
+    result = build(data, 96, seed=0)
+    calls.clear()
+    v = verify(result.weights, data)
+    assert calls == [] and v.passed and v.rank_Z == data.T
+    assert v.sigma_min_Z == pytest.approx(result.verification.sigma_min_Z, rel=1e-6)
+    assert v.sigma_max_Z == pytest.approx(result.verification.sigma_max_Z, rel=1e-6)
+    independent = synthetic("independent", T=96 * 7 + 1, n=8, d=16, seed=0)
+    verify(build(independent, 96, seed=0).weights, independent)          # well conditioned: the Gram
+    assert len(calls) == 1
+
 def _shared_features(rng, T: int, H: int, n: int, d: int):
     """Features ``Z_h = S_h E_0`` of H heads on one shared context (rows of S_h in the simplex)."""
     E0 = rng.standard_normal((n, d))
@@ -479,7 +549,8 @@ def test_shared_context_rank_below_t_and_other_contexts_are_decided_on_z(monkeyp
     Z[7] = Z[3]
     seen = []
     real = FLOAT64.row_rank
-    monkeypatch.setattr(FLOAT64, "row_rank", lambda A, red=None, overwrite=False: seen.append(A.shape) or real(A, red))
+    monkeypatch.setattr(FLOAT64, "row_rank",
+                        lambda A, red=None, overwrite=False, sigma_above=None: seen.append(A.shape) or real(A, red))
     r = verify_module._row_rank(FLOAT64, Z, E)
     assert r.rank == 11 == np.linalg.matrix_rank(Z) and seen == [(12, 15), (12, 24)]
     seen.clear()

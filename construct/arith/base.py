@@ -323,9 +323,11 @@ class Arithmetic:
             B, r, best = B_new, r_new, err
         return B
 
-    def row_rank(self, Z, reduction=None, overwrite: bool = False) -> RowRank:
+    def row_rank(self, Z, reduction=None, overwrite: bool = False, sigma_above: float | None = None) -> RowRank:
         """Rank of ``Z`` (T rows) and its extreme singular values, from those of ``Z`` itself.
-        ``overwrite``: the caller no longer needs ``Z`` (an arithmetic may factor it in place)."""
+        ``overwrite``: the caller no longer needs ``Z`` (an arithmetic may factor it in place).
+        ``sigma_above``: a value ``σ_min(Z)`` is expected to lie below; an arithmetic may use it
+        to pick its method (never changing the result)."""
         T = Z.shape[0]
         rank, s = self.numerical_rank(Z)
         s_max = float(s[0]) if s.size else 0.0

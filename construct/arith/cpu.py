@@ -177,15 +177,16 @@ class Float64(NumpyArithmetic):
             return CoordinateFactor(Z, Q, self.parallel)
         return RowSpaceFactor(Z, self.parallel)
 
-    def row_rank(self, Z, reduction=None, overwrite: bool = False) -> RowRank:
+    def row_rank(self, Z, reduction=None, overwrite: bool = False, sigma_above: float | None = None) -> RowRank:
         """Rank of ``Z`` (T rows): from the row reduction's ``R`` when given (``R^T R = Z Z^T``),
-        else from a fresh factor (:func:`construct.arith.lapack.row_factor`); from the singular
-        values of ``Z`` when it has fewer columns than rows."""
+        else from a fresh factor (:func:`construct.arith.lapack.row_factor`, which ``sigma_above``
+        may spare a Gram matrix); from the singular values of ``Z`` when it has fewer columns
+        than rows."""
         T = Z.shape[0]
         if Z.shape[1] < T:
             return super().row_rank(Z)
         if reduction is None:
-            R, (s_max, s_min) = lapack.row_factor(Z)
+            R, (s_max, s_min) = lapack.row_factor(Z, sigma_above)
         else:
             R = reduction.R
             s_max, s_min = lapack.triangular_extremes(R, lapack.EXTREMES_TOL)

@@ -221,7 +221,7 @@ class CuPyFloat64(Arithmetic):
             return float(s[0]), float(s[-1])
         return float(np.sqrt(lam_max)), float(1.0 / np.sqrt(inv_min))
 
-    def row_rank(self, Z, reduction=None, overwrite: bool = False) -> RowRank:
+    def row_rank(self, Z, reduction=None, overwrite: bool = False, sigma_above: float | None = None) -> RowRank:
         """Rank of ``Z`` (T rows) from the extremes of ``R`` (``R^T R = Z Z^T``): the row
         reduction's when given, else :meth:`rows_r_factor`'s; from the singular values of ``Z``
         when it has fewer columns than rows."""

@@ -111,7 +111,7 @@ def qr_r(A: np.ndarray) -> np.ndarray:
     return R
 
 
-def row_factor(Z: np.ndarray) -> tuple[np.ndarray, tuple[float, float]]:
+def row_factor(Z: np.ndarray, sigma_above: float | None = None) -> tuple[np.ndarray, tuple[float, float]]:
     """Upper-triangular ``R`` (T, T) with ``R^T R = Z Z^T`` for ``Z`` (T, k), ``T ≤ k``, and the
     extreme singular values ``(σ_max, σ_min)`` of ``Z``.
 
@@ -122,12 +122,16 @@ def row_factor(Z: np.ndarray) -> tuple[np.ndarray, tuple[float, float]]:
     eigensolver's own error) is at most ``GRAM_SLACK · σ_min(R)²``, or when the a posteriori
     bound of :func:`_rayleigh_sigma_min` pins ``σ_min(Z)²`` down to that fraction
     (:func:`_gram_sigmas`). Otherwise (ill-conditioned ``Z``, Cholesky breakdown) the QR of ``Z^T``.
-    Two cheap tests skip the Gram when it would be rejected anyway: a few rows of ``Z`` (before
-    forming it) and a condition estimate (before the extremes).
+    Cheap tests skip the Gram when it would be rejected anyway: the caller's ``sigma_above``, a
+    few rows of ``Z`` (both before forming it) and a condition estimate (before the extremes).
+
+    ``sigma_above``: a value the caller expects ``σ_min(Z)`` to lie below (from the weights that
+    made ``Z``, for instance). It only picks the method: where ``δ`` would swamp a ``σ_min`` that
+    small, the QR straight away; the result does not depend on it.
     """
     T, k = Z.shape
     with scipy_threads(blas_threads()):             # every large operation in scipy's BLAS
-        if 0 < T <= k and _gram_may_do(Z):
+        if 0 < T <= k and _gram_may_do(Z, sigma_above):
             G = syrk(Z)                                                 # upper triangle of Z Z^T
             with np.errstate(over="ignore", invalid="ignore"):
                 trace = float(np.trace(G))
@@ -314,20 +318,25 @@ def rayleigh_bounds(Z: np.ndarray, R: np.ndarray, delta: float, trace: float,
     return (lower, rho + rho_err, rho) if np.isfinite(rho + rho_err) else None
 
 
-def _gram_may_do(Z: np.ndarray) -> bool:
+def _gram_may_do(Z: np.ndarray, sigma_above: float | None = None) -> bool:
     """False when ``Z``'s Gram factor would fail :func:`row_factor`'s test (it only picks the method).
 
-    The Gram matrix of a subset of rows is a principal submatrix of ``Z Z^T``, so its smallest
-    eigenvalue bounds ``σ_min(Z)²`` from above (Cauchy interlacing), and the rounding term ``δ``
-    is ``(γ_k + γ_{T+1}) ‖Z‖_F²`` up to rounding.
+    The rounding term ``δ`` is ``(γ_k + γ_{T+1}) ‖Z‖_F²`` up to rounding, and the test needs
+    ``δ ≤ POSTERIORI_REACH · σ_min(R)²`` with ``σ_min(R)² ≤ σ_min(Z)² + δ``: hopeless where
+    ``σ_min(Z)`` lies below ``sigma_above`` and ``POSTERIORI_REACH · sigma_above²`` below
+    ``(1 − POSTERIORI_REACH) δ``. Above :data:`_PROBE_ROWS` rows, the Gram matrix of a subset
+    of rows is a principal submatrix of ``Z Z^T``, so its smallest eigenvalue bounds
+    ``σ_min(Z)²`` from above too (Cauchy interlacing).
     """
     T, k = Z.shape
-    if T <= _PROBE_ROWS:
-        return True
-    probe = Z[:: T // _PROBE_ROWS][:_PROBE_ROWS]
     with np.errstate(over="ignore", invalid="ignore"):       # a Gram matrix past float64's range
-        P = probe @ probe.T
         delta = (gamma(k) + gamma(T + 1)) * float(np.einsum("ij,ij->", Z, Z))
+        if sigma_above is not None and POSTERIORI_REACH * sigma_above ** 2 < (1 - POSTERIORI_REACH) * delta:
+            return False
+        if T <= _PROBE_ROWS:
+            return True
+        probe = Z[:: T // _PROBE_ROWS][:_PROBE_ROWS]
+        P = probe @ probe.T
     if not (np.all(np.isfinite(P)) and np.isfinite(delta)):
         return False
     return POSTERIORI_REACH * float(np.linalg.eigvalsh(P)[0]) >= delta
