@@ -19,6 +19,7 @@ from math import comb
 import numpy as np
 
 from .data import Dataset
+from .limits import integer, require_memory
 from .enclose import gamma
 from .arith import EPS, FLOAT64, numerical_rank
 
@@ -141,8 +142,17 @@ def check_assumptions(data: Dataset, trials: int = SAMPLED_TRIALS, seed: int = 0
     """Check A1, A2, A3 and the queries' general position (docs/math.md §2).
 
     When ``T < n`` no ``n`` queries exist, so A1 and A3 cannot hold; they are reported as failed.
+
+    Raises:
+        InputError: ``trials`` not an integer ≥ 1, ``seed`` or ``budget`` not an integer ≥ 0, or
+            the sampled subsets would not fit in memory (with the estimate).
     """
+    trials, seed = integer(trials, "trials"), integer(seed, "seed", 0)
+    budget = integer(budget, "budget", 0)
     T, n, d = data.T, data.n, data.d
+    size = max(n, min(T, d))                    # the largest subsets sampled: their indices, rows and
+    require_memory(trials * (8 * size * (d + 2) + 200),        # singular values, and one small array each
+                   f"sampling {trials} subsets of {size} queries")
     bad = a2_violations(data.E)
     a3_vectors = data.X + data.E.mean(axis=1)
     return AssumptionReport(

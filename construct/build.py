@@ -27,7 +27,7 @@ from .later_head import later_head
 from .limits import integer, require_memory, tolerance
 from .model import (PRELAYERS, Weights, capacity, feature_matrix, heads_needed, mean_shift, output_from_features,
                     sealed)
-from .partition import partition
+from .partition import partition, refuse_identical_inputs
 from .precision import Precision
 from .readout import min_norm_solve, readout_target, readout_weights
 from .saturation import SCALES
@@ -102,6 +102,7 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
     if prelayer not in PRELAYER_OPTIONS:
         raise InputError(f"prelayer must be one of {', '.join(PRELAYER_OPTIONS)}, got {prelayer!r}",
                          what="invalid option")
+    refuse_identical_inputs(data.E, data.X, data.Y)            # before any layer: none separates them
     layer, layer_why = _prelayer(data, prelayer, min(data.n, d_h))
     original = data
     if layer is not None:

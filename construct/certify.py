@@ -575,6 +575,24 @@ def _margin_claim(lo: np.ndarray, hi: np.ndarray, labels: np.ndarray) -> dict:
             "misclassified_upper_bound": int(np.sum(gap <= 0))}
 
 
+def _excerpt(value, limit: int = 60) -> str:
+    """``value`` as JSON, shortened in its middle (``…``) when longer than ``limit``: both ends
+    stay, so a string keeps its closing quote and a number its exponent."""
+    text = json.dumps(value)
+    if len(text) <= limit:
+        return text
+    head = (limit - 1) // 2
+    return text[:head] + "…" + text[len(text) - (limit - 1 - head):]
+
+
+class _Refused(ValueError):
+    """A structural problem the JSON reader's hooks found (not a syntax error)."""
+
+
+# Digits an integer of a certificate may have: its counts (T, H …) and bit counts are far shorter.
+_MAX_DIGITS = 100
+
+
 def read_certificate(text: str | bytes) -> dict:
     """Parse a certificate's JSON and check its structure (no claim is judged here).
 
@@ -586,19 +604,26 @@ def read_certificate(text: str | bytes) -> dict:
         return InputError(problem, what="invalid certificate")
 
     def no_constant(name: str):
-        raise ValueError(f"{name} is not a JSON number")
+        raise _Refused(f"{name} is not a JSON number")
+
+    def small_int(digits: str) -> int:
+        if len(digits.lstrip("-")) > _MAX_DIGITS:
+            raise _Refused(f"an integer of {len(digits.lstrip('-'))} digits, more than a certificate holds")
+        return int(digits)
 
     def no_duplicates(pairs: list) -> dict:
         keys = [k for k, _ in pairs]
         twice = sorted({k for k in keys if keys.count(k) > 1})
         if twice:                                 # readers differ on which value counts
-            raise ValueError(f"field {twice[0]!r} appears twice")
+            raise _Refused(f"field {twice[0]!r} appears twice")
         return dict(pairs)
 
     if len(text) > MAX_CERTIFICATE_BYTES:
         raise refuse(f"{len(text)} bytes is more than a certificate holds ({MAX_CERTIFICATE_BYTES} at most)")
     try:
-        cert = json.loads(text, parse_constant=no_constant, object_pairs_hook=no_duplicates)
+        cert = json.loads(text, parse_constant=no_constant, parse_int=small_int, object_pairs_hook=no_duplicates)
+    except _Refused as exc:
+        raise refuse(str(exc)) from None
     except (ValueError, RecursionError) as exc:
         raise refuse(f"not JSON ({str(exc)[:120]})") from None
     if not isinstance(cert, dict):
@@ -615,8 +640,9 @@ def read_certificate(text: str | bytes) -> dict:
             if key in schema:
                 kinds = schema[key][1]
                 if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
-                    raise refuse(f"field {where}{key} is {json.dumps(value)[:40]}, not a "
-                                 f"{' or '.join(k.__name__ for k in kinds).replace('NoneType', 'null')}")
+                    names = " or ".join(k.__name__ for k in kinds).replace("NoneType", "null")
+                    raise refuse(f"field {where}{key} is {_excerpt(value, 40)}, not "
+                                 f"{'an' if names[0] in 'aeiou' else 'a'} {names}")
                 if float in kinds and value is not None and not _finite_float(value):
                     raise refuse(f"field {where}{key} is not a finite number")
 
@@ -655,8 +681,17 @@ def check_certificate(cert: dict, weights: Weights, data: Dataset) -> list[str]:
         cert = read_certificate(json.dumps(cert, allow_nan=True))       # the structure, as for a file
     except (TypeError, ValueError, RecursionError):
         raise InputError("not a JSON-like object of numbers and strings", what="invalid certificate") from None
-    fresh = certify(weights, data, tol=tolerance(cert["tol"], "the certificate's tol"),
-                    method=cert["method"], bits=cert.get("interval_bits")).claims
+    try:
+        tol = tolerance(cert["tol"], "tol")
+    except InputError:
+        raise InputError(f"field tol is {_excerpt(cert['tol'])}, not a finite positive number",
+                         what="invalid certificate") from None
+    bits = cert.get("interval_bits")
+    if bits is not None and not 53 <= bits <= default_bits(checked_weights(weights)):
+        raise InputError(f"field interval_bits is {bits}: certify works at 53 to "
+                         f"{default_bits(checked_weights(weights))} bits for these weights",
+                         what="invalid certificate")
+    fresh = certify(weights, data, tol=tol, method=cert["method"], bits=bits).claims
     problems = _compare("", cert, fresh, SCHEMA, cert)
     if (any(p.startswith("rank.") for p in problems) and cert["method"] == "float64"
             and weights.prelayer is None and shared_context(data.E)):
@@ -684,7 +719,7 @@ def _compare(where: str, given: dict, fresh: dict, schema: dict, cert: dict) -> 
             problems.append(f"{name}: not a field of a certificate for these files")
             continue
         if key not in given:
-            problems.append(f"{name}: missing; certify states {json.dumps(fresh[key])[:60]} for these files")
+            problems.append(f"{name}: missing; certify states {_excerpt(fresh[key])} for these files")
             continue
         mine, now = given[key], fresh[key]
         if key in CLAIMS:
@@ -698,8 +733,8 @@ def _compare(where: str, given: dict, fresh: dict, schema: dict, cert: dict) -> 
         elif rule == "exact" or mine is None or now is None:
             if mine != now:
                 what = "the certificate is for other files" if key.endswith("sha256") else \
-                    f"these files give {json.dumps(now)[:60]}"
-                problems.append(f"{name}: the certificate says {json.dumps(mine)[:60]}; {what}")
+                    f"these files give {_excerpt(now)}"
+                problems.append(f"{name}: the certificate says {_excerpt(mine)}; {what}")
         elif (rule == "upper" and mine < now) or (rule == "lower" and mine > now):
             problems.append(f"{name}: the certificate states {mine:.6g}; only {now:.6g} can be proven "
                             "for these files")

@@ -1,6 +1,7 @@
 """``mha-construct``: build, verify, and check the assumptions, from the command line.
 
-Exit codes: 0 success; 1 the weights do not memorize the data (verify) or the construction failed
+Exit codes: 0 success; 1 the weights do not memorize the data (verify; export, evaluated on a
+dataset, in the written file), a claim is not proven (certify) or the construction failed
 numerically (build); 2 bad input or usage. Errors go to stderr as one message, never a traceback,
 and a failed build writes no file.
 """
@@ -8,6 +9,7 @@ and a failed build writes no file.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import textwrap
 import time
@@ -38,6 +40,7 @@ def _cmd_build(args) -> int:
     from .io import OutputFolder
     from .report import summary_text
 
+    _replaceable_folder(args.out, args.data if args.force else None)
     # The folder is locked before the work starts, so a second build into it is refused at once.
     with OutputFolder(args.out, OUTPUTS, force=args.force) as out:
         report = _build_into(args, out)
@@ -49,6 +52,37 @@ def _cmd_build(args) -> int:
 
 # What build writes into its folder, as one set.
 OUTPUTS = ("weights.npz", "data.npz", "report.json")
+
+
+def _replaceable_folder(out: Path, data: Path | None) -> None:
+    """Refuse an --out folder that build cannot replace as a whole without harm: the current
+    folder or one holding it (the shell would be left in a removed folder), or, with --force,
+    a folder holding the input data file under a name that is not one of build's own."""
+    folder = Path(os.path.realpath(out))
+    here = Path(os.path.realpath(os.getcwd()))
+    if folder == here or folder in here.parents:
+        raise InputError(f"--out {str(out)!r} is the current folder or holds it: build replaces its folder as a "
+                         "whole, which would leave this shell in a removed folder; name a subfolder",
+                         what="invalid output folder")
+    if data is not None:
+        source = Path(os.path.realpath(data))
+        if folder in source.parents and not (source.parent == folder and source.name in OUTPUTS):
+            raise InputError(f"--out {str(out)!r} holds the input {str(data)!r}, which --force would remove "
+                             "with the rest of the folder; write into another folder", what="invalid output folder")
+
+
+def _not_an_input(out: Path, **inputs: Path | None) -> None:
+    """Refuse an --out that names one of the command's input files (the same file, by any path)."""
+    for label, path in inputs.items():
+        if path is None:
+            continue
+        try:
+            same = os.path.samefile(out, path)
+        except OSError:                              # one of them does not exist (yet)
+            same = os.path.realpath(out) == os.path.realpath(path)
+        if same:
+            raise InputError(f"--out {str(out)!r} is an input ({label} {str(path)!r}): writing it would replace "
+                             "what it is made from; nothing was written", what="invalid arguments")
 
 
 def _build_into(args, out) -> dict:
@@ -156,8 +190,9 @@ def _cmd_export(args) -> int:
     weights = load_weights(args.weights)
     beside = Path(args.weights).parent
     data_file = args.data if args.data is not None else (beside / "data.npz" if (beside / "data.npz").is_file() else None)
-    data = load_dataset(data_file) if data_file is not None else None
     report = beside / "report.json"
+    _not_an_input(args.out, weights=args.weights, data=data_file, report=report if report.is_file() else None)
+    data = load_dataset(data_file) if data_file is not None else None
     info = export(weights, args.format, args.out, dtype=args.dtype, data=data, tol=args.tol,
                   report_sha256=sha256(report.read_bytes()) if report.is_file() else None)
     print(f"wrote        {info['path']} ({info['format']}, {info['dtype']})")
@@ -167,7 +202,7 @@ def _cmd_export(args) -> int:
         print(f"checked      on {data_file} in the target library: max |f - y| = {info['max_abs_error']:.3e} "
               f"(allowed {info['allowed']:.1e}): "
               + ("every label holds" if info["labels_hold"] else "the labels do NOT all hold at this dtype"))
-    return 0
+    return 0 if data is None or info["labels_hold"] else 1
 
 
 def _cmd_certify(args) -> int:
@@ -196,6 +231,8 @@ def _cmd_certify(args) -> int:
               "certificate REJECTED:\n  " + "\n  ".join(problems))
         return 0 if not problems else 1
     tol = tolerance(DEFAULT_TOL if args.tol is None else args.tol, "--tol")
+    if args.out is not None:
+        _not_an_input(args.out, weights=args.weights, data=args.data)
     weights, data = load_weights(args.weights), load_dataset(args.data)
     result = certify(weights, data, tol=tol, method=args.method or "auto")
     lines = result.lines()
@@ -253,8 +290,11 @@ def _cmd_capacity(args) -> int:
     import importlib.util
 
     from .io import write_atomic
-    from .sweeps import plot, sweep, to_csv, to_json
+    from .sweeps import PLOT_SUFFIXES, plot, sweep, to_csv, to_json
 
+    odd = [str(p) for p in args.plot or [] if p.suffix.lower() not in PLOT_SUFFIXES]
+    if odd:                                                               # before the sweep, not after
+        raise InputError(f"--plot {', '.join(odd)}: a plot is written as .svg or .png", what="invalid option")
     if args.plot and importlib.util.find_spec("matplotlib") is None:     # before the sweep, not after
         raise InputError("plots need matplotlib: pip install 'mha-construct[plot]'", what="missing library")
 
@@ -283,8 +323,17 @@ def _cmd_capacity(args) -> int:
     return 0
 
 
+def _path(text: str) -> Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path names no file or folder")
+    return Path(text)
+
+
 def _positive(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
     return value
@@ -306,7 +355,7 @@ def _parser() -> argparse.ArgumentParser:
                        description="Construct weights that memorize DATA (or a synthetic problem). With no "
                                    "data and no --synthetic: the default problem, independent contexts, "
                                    "H = 8, n = 8, d = 16, T = 57.")
-    b.add_argument("data", nargs="?", type=Path, help=".npz with E (T,n,d), X (T,d), Y (T,d_o)")
+    b.add_argument("data", nargs="?", type=_path, help=".npz with E (T,n,d), X (T,d), Y (T,d_o)")
     b.add_argument("--heads", type=_positive, help="H (default: 8 for synthetic data, else the fewest that suffice)")
     b.add_argument("--head-dim", type=_positive, help="d_h (default n)")
     b.add_argument("--value-dim", type=_positive, help="d_v (default d_o)")
@@ -324,7 +373,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="saturation scales: the smallest that keeps the rank (default), the smallest that "
                         "keeps the proof's saturation argument, or the explicit bound of docs/math.md §4.4.5; "
                         "the report shows the explicit bound beside the scale used")
-    b.add_argument("--out", type=Path, required=True,
+    b.add_argument("--out", type=_path, required=True,
                    help="folder for weights.npz, data.npz, report.json, replaced as one set")
     b.add_argument("--force", action="store_true",
                    help="replace the --out folder even if it holds other files (they are removed)")
@@ -346,8 +395,8 @@ def _parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="check that weights memorize a dataset",
                        description="Recompute Z and the outputs from the two files; exit 0 only if every label "
                                    "is reproduced within the tolerance and rank Z = T.")
-    v.add_argument("weights", type=Path, help="the weights (.npz, as build writes them)")
-    v.add_argument("data", type=Path, help="the dataset (.npz with E, X and Y or labels)")
+    v.add_argument("weights", type=_path, help="the weights (.npz, as build writes them)")
+    v.add_argument("data", type=_path, help="the dataset (.npz with E, X and Y or labels)")
     v.add_argument("--tol", type=float, default=DEFAULT_TOL,
                    help=f"allowed max |f-y| relative to max(1, max|Y|) (default {DEFAULT_TOL:g})")
     v.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -355,10 +404,10 @@ def _parser() -> argparse.ArgumentParser:
     v.set_defaults(run=_cmd_verify)
 
     c = sub.add_parser("certify", help="prove rank Z = T and bound max |f - y| for the exact model")
-    c.add_argument("weights", type=Path, help="the weights (.npz, as build writes them)")
-    c.add_argument("data", type=Path, help="the dataset (.npz with E, X and Y or labels)")
-    c.add_argument("--out", type=Path, help="write the certificate (JSON) here")
-    c.add_argument("--check", type=Path, metavar="CERT.json",
+    c.add_argument("weights", type=_path, help="the weights (.npz, as build writes them)")
+    c.add_argument("data", type=_path, help="the dataset (.npz with E, X and Y or labels)")
+    c.add_argument("--out", type=_path, help="write the certificate (JSON) here")
+    c.add_argument("--check", type=_path, metavar="CERT.json",
                    help="instead, re-prove every claim of an existing certificate for these files")
     c.add_argument("--tol", type=float, default=None,
                    help=f"memorization claim: max |f-y| <= tol * max(1, max|Y|) (default {DEFAULT_TOL:g})")
@@ -370,13 +419,13 @@ def _parser() -> argparse.ArgumentParser:
     e = sub.add_parser("export", help="write the weights for PyTorch, safetensors or ONNX",
                        description="Write the weights for another framework and, with a dataset (--data, or "
                                    "data.npz beside the weights), evaluate the written file in its target library.")
-    e.add_argument("weights", type=Path, help="the weights (.npz, as build writes them)")
+    e.add_argument("weights", type=_path, help="the weights (.npz, as build writes them)")
     e.add_argument("--format", choices=("torch", "safetensors", "onnx"), required=True,
                    help="a PyTorch state dict, safetensors arrays with metadata, or an ONNX graph")
-    e.add_argument("--out", type=Path, required=True, help="the file to write")
+    e.add_argument("--out", type=_path, required=True, help="the file to write")
     e.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                    help="the file's number type (default float64: the weights' own values)")
-    e.add_argument("--data", type=Path, help="dataset to evaluate the export on (default: data.npz beside the weights)")
+    e.add_argument("--data", type=_path, help="dataset to evaluate the export on (default: data.npz beside the weights)")
     e.add_argument("--tol", type=float, help="tolerance of the labels check, relative as verify's "
                                              "(default 1e-8 for float64, 1e-4 for float32)")
     e.set_defaults(run=_cmd_export)
@@ -394,9 +443,9 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--dim", type=_positive, default=64, help="d (default 64)")
     k.add_argument("--head-dim", type=_positive, help="d_h when not varied (default n)")
     k.add_argument("--seed", type=int, default=0, help="seed of the data and the construction (default 0)")
-    k.add_argument("--csv", type=Path, help="write the table as CSV")
-    k.add_argument("--json", type=Path, help="write the table as JSON")
-    k.add_argument("--plot", type=Path, nargs="+", help="draw it (.svg or .png; one file per kind; [plot] extra)")
+    k.add_argument("--csv", type=_path, help="write the table as CSV")
+    k.add_argument("--json", type=_path, help="write the table as JSON")
+    k.add_argument("--plot", type=_path, nargs="+", help="draw it (.svg or .png; one file per kind; [plot] extra)")
     k.set_defaults(run=_cmd_capacity)
 
     t = sub.add_parser("teach", help="run the construction on a tiny dataset and narrate every step")
@@ -410,12 +459,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="queries that repeat (A1 fails, A3 holds), built through Proposition 4's pre-layer")
     t.add_argument("--format", choices=("text", "markdown", "html"), default="text",
                    help="plain (coloured on a terminal) text, Markdown, or one self-contained HTML page")
-    t.add_argument("--out", type=Path, help="write teach.txt / teach.md / teach.html into this folder (markdown: "
+    t.add_argument("--out", type=_path, help="write teach.txt / teach.md / teach.html into this folder (markdown: "
                    "with its figures as teach-figure-N.svg beside it; without --out it has no figures)")
     t.set_defaults(run=_cmd_teach)
 
     a = sub.add_parser("assumptions", help="report A1, A2, A3 and general position for a dataset")
-    a.add_argument("data", type=Path, help="the dataset (.npz with E, X and Y or labels)")
+    a.add_argument("data", type=_path, help="the dataset (.npz with E, X and Y or labels)")
     a.add_argument("--trials", type=_positive, default=5000, help="sampled subsets per test (default 5000)")
     a.add_argument("--seed", type=int, default=0, help="seed of the sampled subsets (default 0)")
     a.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -28,7 +28,7 @@ import numpy as np
 
 from .errors import InputError
 from .model import MATRICES as _NAMES
-from .model import PRELAYER_VERSION, Weights, as_weights, checked_weights
+from .model import PRELAYER_VERSION, Weights, as_weights, check_compatible, checked_weights
 
 FORMATS = ("torch", "safetensors", "onnx")
 DTYPES = ("float64", "float32")
@@ -182,7 +182,8 @@ def export(weights: Weights, fmt: str, out: str | os.PathLike, *, dtype: str = "
         float32 tolerance, 1e-4, for float32) and ``"labels_hold"``.
 
     Raises:
-        InputError: an unknown format or dtype, or the format's library is not installed.
+        InputError: an unknown format or dtype, the format's library is not installed, or the
+            weights do not fit ``data``'s dimensions.
     """
     from .io import write_atomic
     from .limits import tolerance
@@ -194,6 +195,10 @@ def export(weights: Weights, fmt: str, out: str | os.PathLike, *, dtype: str = "
     if missing:
         raise InputError(f"the {fmt} format needs {', '.join(missing)}: pip install 'mha-construct[{fmt}]'",
                          what="missing library")
+    if data is not None:                             # refused before anything is written
+        from .data import checked
+        data = checked(data)
+        check_compatible(checked_weights(weights), data.d, data.d_o)
     payload = export_bytes(weights, fmt, dtype, report_sha256)
     write_atomic(out, payload)
     info: dict = {"format": fmt, "dtype": dtype, "path": str(out)}

@@ -114,7 +114,7 @@ def write_atomic(path: str | os.PathLike, payload: bytes) -> None:
     for old in _siblings(path.parent, prefix):       # leftovers of killed writers
         pid = old.name[len(prefix):].split(".")[0]
         if old.name.endswith(".tmp") and pid.isdigit() and not _pid_alive(int(pid)):
-            old.unlink(missing_ok=True)
+            _discard(old)
     tmp = path.parent / f"{prefix}{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
         _write_file(tmp, payload, 0o666 & ~_umask())
@@ -122,11 +122,20 @@ def write_atomic(path: str | os.PathLike, payload: bytes) -> None:
             raise IsADirectoryError(21, "a folder of that name is in the way")
         os.replace(tmp, path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        _discard(tmp)
         raise _os_error(exc, path.name, path.parent) from None
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        _discard(tmp)
         raise
+
+
+def _discard(path: Path) -> None:
+    """Remove ``path`` if it is there. Where it cannot be (a read-only file system refuses even
+    to remove what was never made, with EROFS), the error being reported is the one to keep."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def _siblings(folder: Path, prefix: str) -> list[Path]:
@@ -404,6 +413,8 @@ def _member_size(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> int:
         header = fh.tell()
     if dtype.hasobject:
         raise ValueError("an object array, which would need pickle to load; store numbers (float or int arrays)")
+    if any(not isinstance(n, int) or n < 0 for n in shape):
+        raise ValueError(f"its header declares the shape {shape!r}, with a negative size: a damaged or forged archive")
     nbytes = math.prod(shape) * dtype.itemsize
     if info.file_size != header + nbytes:
         raise ValueError(f"its header declares {gib(nbytes)} of data but the member holds "

@@ -18,15 +18,26 @@ from .arith.mp import decimal_strings, from_decimal_strings
 from .arith.threads import row_blocks
 from .errors import InputError
 from .io import load_npz, npz_bytes
+from .limits import integer
 
 
 def capacity(H: int, n: int, d_h: int) -> int:
-    """Theorem 1's number of examples ``H(k − 1) + 1`` with ``k = min(n, d_h)``."""
+    """Theorem 1's number of examples ``H(k − 1) + 1`` with ``k = min(n, d_h)``.
+
+    Raises:
+        InputError: ``H``, ``n`` or ``d_h`` not an integer ≥ 1.
+    """
+    H, n, d_h = integer(H, "H"), integer(n, "n"), integer(d_h, "d_h")
     return H * (min(n, d_h) - 1) + 1
 
 
 def heads_needed(T: int, k: int) -> int | None:
-    """Fewest heads with ``H(k − 1) + 1 ≥ T``; None when no number suffices (``k = 1 < T``)."""
+    """Fewest heads with ``H(k − 1) + 1 ≥ T``; None when no number suffices (``k = 1 < T``).
+
+    Raises:
+        InputError: ``T`` or ``k`` not an integer ≥ 1.
+    """
+    T, k = integer(T, "T"), integer(k, "k")
     if T <= 1:
         return 1
     if k < 2:
@@ -203,6 +214,10 @@ def as_weights(W_K, W_Q, W_V, W_O, W_D, skip=False, prelayer=None) -> Weights:
             problems.append(f"W_O: expected shape (H·d_v, d) = {(H * d_v, d)}, got {arr['W_O'].shape}")
         if arr["W_D"].shape[0] != d:
             problems.append(f"W_D: expected {d} rows (d), got shape {arr['W_D'].shape}")
+        sizes = (("W_K", "H", H, "head"), ("W_K", "d", d, "token dimension"), ("W_K", "d_h", d_h, "key dimension"),
+                 ("W_V", "d_v", d_v, "value dimension"), ("W_D", "d_o", arr["W_D"].shape[1], "output"))
+        problems += [f"{name}: {label} = 0 (shape {arr[name].shape}): a model needs at least one {what}"
+                     for name, label, size, what in sizes if size == 0]
     skip_arr = np.asarray(skip)
     if skip_arr.shape != () or skip_arr.dtype.kind not in "bi":
         problems.append(f"skip: expected a boolean scalar, got {skip_arr.dtype} array of shape {skip_arr.shape}")
@@ -352,10 +367,29 @@ def output_from_features(Z, X, weights: Weights, ar: Arithmetic | None = None):
 
 
 def forward(E, X, weights: Weights, ar: Arithmetic | None = None):
-    """The model ``f(E, x; θ)`` for every example, shape (T, d_o), its pre-layer included."""
+    """The model ``f(E, x; θ)`` for every example, shape (T, d_o), its pre-layer included.
+
+    Raises:
+        InputError: ``E`` (T, n, d) and ``X`` (T, d) do not have those shapes, with the weights' ``d``.
+    """
+    _check_inputs(E, X, weights.d)
     ar = for_bits(weights.bits) if ar is None else ar
     E, X = layer_inputs(weights, E, X, ar)
     return output_from_features(feature_matrix(E, X, weights, ar), X, weights, ar)
+
+
+def _check_inputs(E, X, d: int) -> None:
+    """Raise :class:`InputError` unless ``E`` is (T, n, d) and ``X`` (T, d), with ``n ≥ 1``."""
+    E_shape, X_shape = tuple(getattr(E, "shape", ())), tuple(getattr(X, "shape", ()))
+    problems = []
+    if len(E_shape) != 3 or E_shape[1:] == () or E_shape[1] < 1 or E_shape[2] != d:
+        problems.append(f"E: expected shape (T, n, {d}) with n ≥ 1, got {E_shape}")
+    if len(X_shape) != 2 or X_shape[1] != d:
+        problems.append(f"X: expected shape (T, {d}), got {X_shape}")
+    if not problems and E_shape[0] != X_shape[0]:
+        problems.append(f"E holds {E_shape[0]} contexts but X {X_shape[0]} queries")
+    if problems:
+        raise InputError(problems, what=f"inputs do not fit the weights (d = {d})")
 
 
 def mean_shift(E, X, ar: Arithmetic = FLOAT64):

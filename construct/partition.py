@@ -94,6 +94,41 @@ def partition(X: np.ndarray, k: int) -> list[range]:
     return groups
 
 
+def refuse_identical_inputs(E: np.ndarray, X: np.ndarray, Y: np.ndarray) -> None:
+    """Raise :class:`InputError` when examples share the same inputs (context and query).
+
+    Nothing tells them apart, no layer before the attention either: with different labels no
+    model memorizes them all; with the same label they are one example given more than once.
+    """
+    T = X.shape[0]
+    _, inverse, counts = np.unique(X.reshape(T, -1), axis=0, return_inverse=True, return_counts=True)
+    inverse = inverse.reshape(-1)
+    groups = []                                      # examples with one query, split by context
+    for q in np.flatnonzero(counts > 1):
+        members = list(np.flatnonzero(inverse == q))
+        while members:
+            first, rest = members[0], members[1:]
+            same = [first] + [t for t in rest if np.array_equal(E[t], E[first])]
+            if len(same) > 1:
+                groups.append([int(t) for t in same])
+            members = [t for t in rest if t not in same]
+    if not groups:
+        return
+    lines = []
+    for g in sorted(groups)[:_SHOWN]:
+        who = (f"examples {g[0]} and {g[1]}" if len(g) == 2 else
+               f"examples {', '.join(map(str, g[:4]))}{', …' if len(g) > 4 else ''} ({len(g)} in all)")
+        if all(np.array_equal(Y[t], Y[g[0]]) for t in g):
+            lines.append(f"{who} have the same inputs (context E and query x) and the same label: one example "
+                         "given more than once; drop the duplicates")
+        else:
+            lines.append(f"{who} have the same inputs (context E and query x) but different labels: no model, "
+                         "of any size, memorizes them all (it has one output for one input)")
+    if len(groups) > _SHOWN:
+        lines.append(f"… and {len(groups) - _SHOWN} more groups like these")
+    raise InputError(lines, what=f"{sum(map(len, groups))} examples share their inputs with another")
+
+
 def _remedies(X: np.ndarray, k: int) -> list[str]:
     """What would build instead: lines for the error."""
     _, first, counts = np.unique(X, axis=0, return_index=True, return_counts=True)

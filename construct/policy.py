@@ -60,7 +60,13 @@ def rounding_ratio(result) -> float:
 
 
 def _largest_token_norm(data: Dataset) -> float:
-    return float(FLOAT64.vector_norm(FLOAT64.to_host(data.E), axis=2).max())
+    """``max_{t,i} ‖e_i^(t)‖``, scaled by the largest entry first: tokens near float64's top have
+    norms whose squares would overflow (the norm itself may still; then it is ``inf``)."""
+    E = FLOAT64.to_host(data.E)
+    top = float(np.abs(E).max(initial=0.0))
+    if not 0 < top < np.inf:
+        return top
+    return top * float(FLOAT64.vector_norm(E / top, axis=2).max())
 
 
 def mp_cost(data: Dataset, H: int) -> int:

@@ -24,6 +24,7 @@ import csv
 import io
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -89,9 +90,19 @@ def to_json(rows: list[dict]) -> str:
     return json.dumps(rows, indent=2)
 
 
+# The files plot writes, by suffix.
+PLOT_SUFFIXES = (".svg", ".png")
+
+
 def plot(rows: list[dict], vary: str, path) -> None:
     """Draw certified examples, the bound and the generic rank against ``vary`` (SVG or PNG by
-    the file's suffix); needs matplotlib (the ``[plot]`` extra)."""
+    the file's suffix); needs matplotlib (the ``[plot]`` extra).
+
+    Raises:
+        InputError: another suffix, or matplotlib is missing.
+    """
+    if Path(path).suffix.lower() not in PLOT_SUFFIXES:
+        raise InputError(f"{path}: a plot is written as .svg or .png", what="invalid option")
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -119,5 +130,8 @@ def _draw(plt, rows: list[dict], vary: str, path) -> None:
     ax.set_title(f"{r0['kind']} contexts, " + ", ".join(f"{k} = {v}" for k, v in fixed.items()))
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.savefig(path)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=Path(path).suffix.lower()[1:])
     plt.close(fig)
+    from .io import write_atomic
+    write_atomic(path, buffer.getvalue())                   # whole, or not at all

@@ -1,6 +1,7 @@
 """End to end: the construction memorizes every dataset of the grid the issue names."""
 
 import itertools
+import re
 import multiprocessing
 import os
 import sys
@@ -172,3 +173,26 @@ def test_without_a_trace_no_head_keeps_its_arrays(monkeypatch):
     assert len(kept) == 5
     traced = build(data, 6, trace=True)
     assert len(traced.trace) == 6 and traced.trace[-1].C.shape == (3, data.T - 3)
+
+
+def test_capacity_and_heads_needed_refuse_what_is_not_a_count():
+    from construct.model import capacity, heads_needed
+    assert heads_needed(5, 3) == 2 and heads_needed(1, 1) == 1 and heads_needed(2, 1) is None
+    assert capacity(2, 3, 3) == 5
+    for call in (lambda: heads_needed(0, 3), lambda: heads_needed(5, -2), lambda: heads_needed(5, 2.0),
+                 lambda: capacity(0, 3, 3), lambda: capacity(2, 3, True)):
+        with pytest.raises(InputError):
+            call()
+
+
+def test_forward_names_inputs_that_do_not_fit_the_weights():
+    from construct.model import forward
+    data = synthetic("independent", T=7, n=3, d=5, seed=0)
+    w = build(data, 3).weights
+    for E, X, needle in ((data.E[..., :4], data.X, "E: expected shape (T, n, 5)"),
+                         (data.E, data.X[:, :4], "X: expected shape (T, 5)"),
+                         (data.E[:6], data.X, "E holds 6 contexts but X 7"),
+                         (data.E[0], data.X, "E: expected")):
+        with pytest.raises(InputError, match=re.escape(needle)):
+            forward(E, X, w)
+    assert forward(data.E, data.X, w).shape == (7, 1)

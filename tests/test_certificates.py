@@ -865,3 +865,32 @@ def test_the_same_number_spelled_differently_in_a_sentence_is_rejected(env, tmp_
     assert cert["memorization"]["claim"] != env.certs["float64"]["memorization"]["claim"]
     code, out, _ = check_file(env, "float64", cert, tmp_path)
     assert code == 1 and "memorization.claim" in out
+
+
+def test_a_check_message_shows_long_values_whole_at_both_ends(env, tmp_path):
+    # A long value is shortened in its middle, never cut off at its end (a quote left open, a
+    # number losing its exponent).
+    cert = copy.deepcopy(env.certs["float64"])
+    cert["data_sha256"] = "0" * 64
+    code, out, _ = check_file(env, "float64", cert, tmp_path)
+    line = next(x for x in out.splitlines() if "data_sha256" in x)
+    assert code == 1 and '"0000' in line and '000"; the certificate is for other files' in line and "…" in line
+    assert C._excerpt(1e-30) == "1e-30" and C._excerpt("x" * 100).endswith('xx"')
+
+
+@pytest.mark.parametrize("field, value, needles", [("tol", -1e-8, ["field tol", "positive"]),
+                                                   ("interval_bits", 20, ["field interval_bits", "53"]),
+                                                   ("interval_bits", "85", ["interval_bits", "not an int"])])
+def test_a_bad_certificate_field_is_named_as_a_field_not_an_option(env, tmp_path, field, value, needles):
+    cert = copy.deepcopy(env.certs["interval"])
+    cert[field] = value
+    code, _, err = check_file(env, "interval", cert, tmp_path)
+    assert code == 2 and err.count("invalid certificate") == 1 and "invalid option" not in err
+    for needle in needles:
+        assert needle in err
+
+
+def test_a_huge_integer_is_refused_as_such_not_as_broken_json(env, tmp_path):
+    raw = MALFORMED["a 5000-digit integer"](env.certs["float64"])
+    code, _, err = check_file(env, "float64", None, tmp_path, raw=raw)
+    assert code == 2 and "5000 digits" in err and "not JSON" not in err and "set_int_max_str_digits" not in err

@@ -178,3 +178,117 @@ def test_console_entry_exit_codes_and_no_traceback(tmp_path):
     assert proc.returncode == 2
     assert "non-finite" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "o").exists()
+
+
+# Found by a new user's trial: each wrote, crashed or misled before it was fixed.
+
+@pytest.fixture
+def small_run(tmp_path, capsys, good):
+    data = write(tmp_path / "d.npz", **good)
+    run(["build", data, "--out", tmp_path / "run", "--quiet"], capsys)
+    return tmp_path / "run"
+
+
+@pytest.mark.parametrize("fmt", ["torch", "safetensors", "onnx"])
+def test_export_refuses_data_that_does_not_fit_the_weights_before_writing(tmp_path, capsys, small_run, fmt):
+    other = write(tmp_path / "other.npz", **{k: v for k, v in
+                                             zip("EXY", (lambda d: (d.E, d.X, d.Y))(synthetic("independent", T=7, n=4,
+                                                                                              d=9, seed=1)))})
+    target = tmp_path / "model.out"
+    target.write_text("existing")
+    code, _, err = run(["export", small_run / "weights.npz", "--format", fmt, "--out", target, "--data", other],
+                       capsys)
+    assert code == 2 and "do not match" in err and "d = 6" in err and "d = 9" in err
+    assert "Traceback" not in err and target.read_text() == "existing"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".model")] == []
+
+
+def test_an_output_that_is_an_input_is_refused(tmp_path, capsys, small_run):
+    weights, data = small_run / "weights.npz", small_run / "data.npz"
+    before = {p: p.read_bytes() for p in (weights, data)}
+    for argv in (["export", weights, "--format", "safetensors", "--out", weights],
+                 ["export", weights, "--format", "safetensors", "--out", small_run / ".." / "run" / "data.npz"],
+                 ["export", weights, "--format", "safetensors", "--out", small_run / "report.json"],
+                 ["certify", weights, data, "--out", weights],
+                 ["certify", weights, data, "--out", data]):
+        code, _, err = run(argv, capsys)
+        assert code == 2 and "is an input" in err, argv
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def test_build_refuses_an_empty_out_and_a_forced_folder_that_holds_its_input(tmp_path, capsys, good, monkeypatch):
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "precious.txt").write_text("keep")
+    monkeypatch.chdir(here)
+    with pytest.raises(SystemExit) as exc:                            # argparse: usage error
+        run(["build", "--out", "", "--force", "--quiet"], capsys)
+    assert exc.value.code == 2 and "--out: an empty path" in capsys.readouterr().err
+    for out in (".", tmp_path):                                       # the shell's folder, or one holding it
+        code, _, err = run(["build", "--out", out, "--force", "--quiet"], capsys)
+        assert code == 2 and "current folder" in err
+    monkeypatch.chdir(tmp_path)
+    data = write(here / "mydata.npz", **good)
+    code, _, err = run(["build", data, "--out", here, "--force", "--quiet"], capsys)
+    assert code == 2 and "mydata.npz" in err and "--force would remove" in err
+    assert data.is_file() and (here / "precious.txt").read_text() == "keep"
+    code, _, _ = run(["build", data, "--out", tmp_path / "fine", "--quiet"], capsys)
+    assert code == 0
+    again = tmp_path / "fine" / "data.npz"                            # rebuilding from a build's own data
+    code, _, _ = run(["build", again, "--out", tmp_path / "fine", "--force", "--quiet"], capsys)
+    assert code == 0 and again.is_file()
+
+
+def test_assumptions_refuses_a_negative_seed_and_sizes_its_trials(tmp_path, capsys, good):
+    data = write(tmp_path / "d.npz", **good)
+    code, _, err = run(["assumptions", data, "--seed", "-1"], capsys)
+    assert code == 2 and "seed must be an integer ≥ 0" in err and "Traceback" not in err
+    code, _, err = run(["assumptions", data, "--trials", str(10 ** 15)], capsys)
+    assert code == 2 and "memory" in err
+
+
+@pytest.mark.parametrize("empty", ["H", "d_h", "d_v", "d_o"])
+def test_weights_with_an_empty_dimension_are_invalid(tmp_path, capsys, small_run, empty):
+    from construct.model import load_weights
+    w = load_weights(small_run / "weights.npz").arrays()
+    H, d, d_h = w["W_K"].shape
+    d_v, d_o = w["W_V"].shape[2], w["W_D"].shape[1]
+    H, d_h, d_v, d_o = (0 if empty == name else v for name, v in (("H", H), ("d_h", d_h), ("d_v", d_v), ("d_o", d_o)))
+    arrays = dict(W_K=np.zeros((H, d, d_h)), W_Q=np.zeros((H, d, d_h)), W_V=np.zeros((H, d, d_v)),
+                  W_O=np.zeros((H * d_v, d)), W_D=np.zeros((d, d_o)), skip=np.array(False))
+    bad = write(tmp_path / "w.npz", **arrays)
+    for argv in (["verify", bad, small_run / "data.npz"], ["certify", bad, small_run / "data.npz"],
+                 ["export", bad, "--format", "onnx", "--out", tmp_path / "m.onnx"]):
+        code, _, err = run(argv, capsys)
+        assert code == 2 and "invalid weights" in err and f"{empty} = 0" in err, argv
+    assert not (tmp_path / "m.onnx").exists()
+
+
+@pytest.mark.parametrize("same_label", [False, True])
+def test_examples_with_identical_inputs_are_named_with_what_would_build(tmp_path, capsys, good, same_label):
+    E, X, Y = good["E"].copy(), good["X"].copy(), good["Y"].copy()
+    E[5], X[5] = E[2], X[2]
+    Y[5] = Y[2] if same_label else Y[2] + 1
+    data = write(tmp_path / "d.npz", E=E, X=X, Y=Y)
+    for extra in ([], ["--prelayer", "mean-shift"], ["--prelayer", "auto"]):
+        code, _, err = run(["build", data, "--out", tmp_path / "o", *extra], capsys)
+        assert code == 2 and "examples 2 and 5" in err and "same inputs" in err, extra
+        assert "--prelayer mean-shift" not in err
+        assert ("drop" in err) == same_label and ("no model" in err) == (not same_label)
+    assert not (tmp_path / "o").exists()
+
+
+def test_export_exits_1_when_the_written_file_misses_the_labels(tmp_path, capsys, small_run):
+    target = tmp_path / "m.safetensors"
+    code, out, _ = run(["export", small_run / "weights.npz", "--format", "safetensors", "--out", target,
+                        "--tol", "1e-300"], capsys)
+    assert code == 1 and "do NOT all hold" in out and target.is_file()
+    code, out, _ = run(["export", small_run / "weights.npz", "--format", "safetensors", "--out", target], capsys)
+    assert code == 0 and "every label holds" in out
+
+
+def test_a_fractional_count_is_refused_in_plain_words(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        run(["build", "--heads", "3.5", "--out", tmp_path / "o"], capsys)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "must be a positive integer, got '3.5'" in err and "_positive" not in err

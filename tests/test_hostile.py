@@ -57,6 +57,7 @@ def test_no_examples_is_refused_at_every_door(tmp_path, capsys):
 @settings(max_examples=40, deadline=None)
 @given(st.integers(-1070, 1020), st.integers(-1070, 1020), st.integers(-1070, 1020), st.booleans())
 @example(510, 0, 0, False)            # Z Z^T near the top of float64: its trace overflowed in verify
+@example(512, 0, 0, False)            # verify's σ hint squared past float64 (a Python OverflowError)
 def test_extreme_scales_are_built_exactly_or_refused_with_the_reason(e_E, e_X, e_Y, skip):
     base = synthetic("independent", **SMALL, seed=0)
     E, X, Y = (np.ldexp(a, e) for a, e in ((base.E, e_E), (base.X, e_X), (base.Y, e_Y)))
@@ -280,6 +281,17 @@ def test_a_header_that_lies_about_its_size_is_refused(tmp_path, small):
         load_dataset(path)
 
 
+def test_a_header_with_a_negative_size_is_refused_as_such(tmp_path, small):
+    path = tmp_path / "negative.npz"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("E.npy", _npy_header((-1, 3, 5)) + bytes(64))
+        zf.writestr("X.npy", _npy_header((7, 4)) + small.X.tobytes())
+        zf.writestr("Y.npy", _npy_header((7, 2)) + small.Y.tobytes())
+    with pytest.raises(InputError, match=r"'E'.*shape \(-1, 3, 5\), with a negative size") as exc:
+        load_dataset(path)
+    assert "bytes" not in str(exc.value)
+
+
 def test_weights_with_an_extra_array_are_refused(tmp_path, small):
     arrays = build(small, 3).weights.arrays()
     arrays["notes"] = np.zeros(3)
@@ -318,7 +330,7 @@ def test_a_dataset_made_by_hand_is_validated_at_the_door(small):
 
 # --- warnings --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("factors", [(1e39, 1e39, 1e300), (1e-40, 1.0, 1e-300)])
+@pytest.mark.parametrize("factors", [(1e39, 1e39, 1e300), (1e-40, 1.0, 1e-300), (1e300, 1.0, 1.0)])
 def test_no_runtime_warning_reaches_stderr_and_the_report_is_strict_json(tmp_path, small, factors):
     fE, fX, fY = factors
     path = tmp_path / "d.npz"
@@ -334,3 +346,21 @@ def test_no_runtime_warning_reaches_stderr_and_the_report_is_strict_json(tmp_pat
     for cmd in ("verify", "certify"):
         proc = cli(cmd, tmp_path / "o" / "weights.npz", tmp_path / "o" / "data.npz")
         assert proc.returncode == 0 and "Warning" not in proc.stderr, (cmd, proc.stderr)
+
+
+def test_a_read_only_file_system_is_a_clear_write_error(tmp_path, monkeypatch):
+    # On a read-only file system even removing a temporary file that was never made fails
+    # (EROFS, not ENOENT): the error is still the one that names the file and the folder.
+    import errno
+    import os
+    from pathlib import Path
+
+    from construct.errors import OutputError
+    from construct.io import write_atomic
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+    monkeypatch.setattr(os, "open", read_only)
+    monkeypatch.setattr(Path, "unlink", read_only)
+    with pytest.raises(OutputError, match=r"cannot write m\.pt into .*Read-only file system.*nothing was changed"):
+        write_atomic(tmp_path / "m.pt", b"payload")

@@ -60,10 +60,16 @@ def test_auto_adds_no_layer_where_a1_holds_and_keeps_the_error_where_a3_fails():
     ok = as_dataset(rng.standard_normal((9, 3, 5)), rng.standard_normal((9, 5)), rng.standard_normal((9, 1)))
     result = build(ok, 4, prelayer="auto")
     assert result.prelayer is None and result.weights.prelayer is None
-    # Equal queries and equal contexts: the shifted queries are equal too, and the first error stands.
-    E = np.broadcast_to(rng.standard_normal((3, 5)), (9, 3, 5)).copy()
+    # Equal queries and contexts of one mean (but not equal): the shifted queries are equal too,
+    # and the first error stands.
+    spread = rng.standard_normal((9, 3, 5))
+    E = rng.standard_normal((3, 5)) + spread - spread.mean(axis=1, keepdims=True)
     X = np.broadcast_to(rng.standard_normal(5), (9, 5)).copy()
     with pytest.raises(InputError, match="do not meet A1"):
+        build(as_dataset(E, X, rng.standard_normal((9, 1))), 4, prelayer="auto")
+    # Equal contexts as well: no layer tells those examples apart, and the error says so.
+    E = np.broadcast_to(E[0], (9, 3, 5)).copy()
+    with pytest.raises(InputError, match=r"examples 0, 1, 2, 3, … \(9 in all\) have the same inputs"):
         build(as_dataset(E, X, rng.standard_normal((9, 1))), 4, prelayer="auto")
     with pytest.raises(InputError, match="prelayer must be one of"):
         build(ok, 4, prelayer="mean")

@@ -64,3 +64,19 @@ def test_importing_the_sweeps_leaves_the_capacity_function_alone():
     import construct
     import construct.sweeps  # noqa: F401
     assert callable(construct.capacity) and construct.capacity(2, 4, 4) == 7
+
+
+def test_a_plot_of_another_kind_is_refused_before_the_sweep(tmp_path, capsys, monkeypatch):
+    import construct.sweeps as sweeps
+    monkeypatch.setattr(sweeps, "sweep", lambda *a, **k: pytest.fail("the sweep ran"))
+    code = main(["capacity", "--vary", "H", "--values", "1", "2", "--plot", str(tmp_path / "f.xyz")])
+    err = capsys.readouterr().err
+    assert code == 2 and "f.xyz: a plot is written as .svg or .png" in err and not (tmp_path / "f.xyz").exists()
+    with pytest.raises(InputError, match="svg or .png"):
+        plot([], "H", tmp_path / "f.pdf")
+
+
+def test_a_png_plot_is_a_png(rows, tmp_path):
+    pytest.importorskip("matplotlib")
+    plot([r for r in rows if r["kind"] == "shared"], "H", tmp_path / "f.png")
+    assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

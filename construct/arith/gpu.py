@@ -62,7 +62,7 @@ def resolve(device: str) -> DeviceChoice:
     if device not in DEVICES:
         raise InputError(f"device must be one of {', '.join(DEVICES)}, got {device!r}", what="invalid option")
     if device == "cpu":
-        return DeviceChoice("cpu", "asked for (--device cpu)")
+        return DeviceChoice("cpu", "device = cpu, the default")
     ok, what = probe()
     if ok:
         return DeviceChoice("gpu", f"{'asked for' if device == 'gpu' else 'auto'}: {what}")

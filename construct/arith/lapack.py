@@ -331,7 +331,7 @@ def _gram_may_do(Z: np.ndarray, sigma_above: float | None = None) -> bool:
     T, k = Z.shape
     with np.errstate(over="ignore", invalid="ignore"):       # a Gram matrix past float64's range
         delta = (gamma(k) + gamma(T + 1)) * float(np.einsum("ij,ij->", Z, Z))
-        if sigma_above is not None and POSTERIORI_REACH * sigma_above ** 2 < (1 - POSTERIORI_REACH) * delta:
+        if sigma_above is not None and POSTERIORI_REACH * np.float64(sigma_above) ** 2 < (1 - POSTERIORI_REACH) * delta:
             return False
         if T <= _PROBE_ROWS:
             return True
