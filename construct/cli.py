@@ -292,6 +292,13 @@ def _cmd_capacity(args) -> int:
     from .io import write_atomic
     from .sweeps import PLOT_SUFFIXES, plot, sweep, to_csv, to_json
 
+    written = [(flag, p) for flag, p in (("--csv", args.csv), ("--json", args.json),
+                                         *(("--plot", p) for p in args.plot or [])) if p is not None]
+    for i, (flag, path) in enumerate(written):
+        twin = next((f for f, q in written[:i] if os.path.realpath(q) == os.path.realpath(path)), None)
+        if twin is not None:
+            raise InputError(f"{str(path)!r} is given to {twin} and {flag}: each output needs its own file",
+                             what="invalid arguments")
     odd = [str(p) for p in args.plot or [] if p.suffix.lower() not in PLOT_SUFFIXES]
     if odd:                                                               # before the sweep, not after
         raise InputError(f"--plot {', '.join(odd)}: a plot is written as .svg or .png", what="invalid option")

@@ -80,3 +80,12 @@ def test_a_png_plot_is_a_png(rows, tmp_path):
     pytest.importorskip("matplotlib")
     plot([r for r in rows if r["kind"] == "shared"], "H", tmp_path / "f.png")
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_two_outputs_on_one_file_are_refused_before_the_sweep(tmp_path, capsys, monkeypatch):
+    import construct.sweeps as sweeps
+    monkeypatch.setattr(sweeps, "sweep", lambda *a, **k: pytest.fail("the sweep ran"))
+    code = main(["capacity", "--vary", "H", "--values", "1", "--csv", str(tmp_path / "t"), "--json",
+                 str(tmp_path / ".." / tmp_path.name / "t")])
+    err = capsys.readouterr().err
+    assert code == 2 and "given to --csv and --json" in err and not (tmp_path / "t").exists()
