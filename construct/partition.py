@@ -101,17 +101,19 @@ def refuse_identical_inputs(E: np.ndarray, X: np.ndarray, Y: np.ndarray) -> None
     model memorizes them all; with the same label they are one example given more than once.
     """
     T = X.shape[0]
-    _, inverse, counts = np.unique(X.reshape(T, -1), axis=0, return_inverse=True, return_counts=True)
-    inverse = inverse.reshape(-1)
-    groups = []                                      # examples with one query, split by context
-    for q in np.flatnonzero(counts > 1):
-        members = list(np.flatnonzero(inverse == q))
-        while members:
-            first, rest = members[0], members[1:]
-            same = [first] + [t for t in rest if np.array_equal(E[t], E[first])]
-            if len(same) > 1:
-                groups.append([int(t) for t in same])
-            members = [t for t in rest if t not in same]
+    _, query, counts = np.unique(X.reshape(T, -1), axis=0, return_inverse=True, return_counts=True)
+    query = query.reshape(-1)
+    shared = np.flatnonzero(counts[query] > 1)            # examples whose query another one has
+    if shared.size == 0:
+        return
+    # Their contexts compared by value (+ 0.0 turns −0.0 into 0.0), as bytes, by one sort.
+    rows = np.ascontiguousarray(E[shared].reshape(shared.size, -1) + 0.0)
+    context = np.unique(rows.view(np.dtype((np.void, rows.itemsize * rows.shape[1]))).reshape(-1),
+                        return_inverse=True)[1].reshape(-1)
+    _, same, sizes = np.unique(np.stack([query[shared], context], axis=1), axis=0, return_inverse=True,
+                               return_counts=True)
+    same = same.reshape(-1)
+    groups = [[int(t) for t in shared[same == g]] for g in np.flatnonzero(sizes > 1)]
     if not groups:
         return
     lines = []

@@ -210,3 +210,19 @@ def test_skip_connection_adds_the_shifted_query(sequences):
     Z = feature_matrix(E, X, result.weights)
     assert np.abs(output_from_features(Z, X, result.weights) - data.Y).max() <= 1e-8
     assert certify(result.weights, data, method="float64").passed
+
+
+def test_identical_inputs_are_found_among_many_examples_with_one_query():
+    # Token data often share one query (a CLS token) across every example: the search for equal
+    # inputs is one sort (comparing the contexts pair by pair ran past two minutes at this size).
+    from construct.partition import refuse_identical_inputs
+    rng = np.random.default_rng(0)
+    T = 20_000
+    E, X, Y = rng.standard_normal((T, 4, 8)), np.zeros((T, 8)), rng.standard_normal((T, 1))
+    refuse_identical_inputs(E, X, Y)                                   # all distinct: nothing to say
+    E[17777] = E[12]
+    E[5, 0, 0], E[9] = 0.0, E[5]
+    E[9, 0, 0] = -0.0                                                  # equal in value, not in bits
+    with pytest.raises(InputError) as exc:
+        refuse_identical_inputs(E, X, Y)
+    assert "examples 5 and 9" in str(exc.value) and "examples 12 and 17777" in str(exc.value)
