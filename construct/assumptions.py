@@ -99,7 +99,9 @@ def _clearly_full_rank(E: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class KruskalCheck:
-    """One Kruskal-rank assumption: the required rank, the sampled test and, if small, the exact rank."""
+    """One Kruskal-rank assumption: the required rank, the sampled test and, if small, the exact
+    rank; ``exact_holds``: whether every ``required``-subset is independent, where all of them
+    were checked (else None; it is known without the exact rank when fewer subsets suffice)."""
 
     vectors: str
     required: int
@@ -107,6 +109,7 @@ class KruskalCheck:
     sampled_holds: bool
     exact_rank: int | None
     holds: bool
+    exact_holds: bool | None = None
 
 
 def kruskal_check(V: np.ndarray, required: int, vectors: str, trials: int = SAMPLED_TRIALS, seed: int = 0,
@@ -115,9 +118,23 @@ def kruskal_check(V: np.ndarray, required: int, vectors: str, trials: int = SAMP
     frac = sampled_independence(V, required, trials, seed)
     exact = kruskal_rank(V, budget)
     sampled_holds = frac >= SAMPLED_THRESHOLD
-    holds = exact >= required if exact is not None else sampled_holds
+    exact_holds = exact >= required if exact is not None else _every_subset_independent(V, required, budget)
+    holds = exact_holds if exact_holds is not None else sampled_holds
     return KruskalCheck(vectors=vectors, required=required, sampled_fraction=frac,
-                        sampled_holds=sampled_holds, exact_rank=exact, holds=holds)
+                        sampled_holds=sampled_holds, exact_rank=exact, holds=holds, exact_holds=exact_holds)
+
+
+def _every_subset_independent(V: np.ndarray, size: int, budget: int) -> bool | None:
+    """Whether every ``size``-subset of the rows of ``V`` is linearly independent (Kruskal rank
+    ≥ ``size``: a subset of an independent set is independent); None beyond ``budget`` subsets."""
+    m = V.shape[0]
+    if size > min(m, V.shape[1]):
+        return False
+    if comb(m, size) > budget:
+        return None
+    idx = np.array(list(combinations(range(m), size)))
+    s = FLOAT64.svdvals(V[idx])                                   # (subsets, size), batched
+    return bool(np.all(s > max(size, V.shape[1]) * EPS * s[:, :1]))   # rank_tol, as sampled
 
 
 @dataclass(frozen=True)
@@ -167,7 +184,9 @@ def check_assumptions(data: Dataset, trials: int = SAMPLED_TRIALS, seed: int = 0
 def assumptions_text(rep: AssumptionReport) -> str:
     """A readable summary of an :class:`AssumptionReport`."""
     def kline(name: str, k: KruskalCheck) -> str:
-        exact = f"exact Kruskal rank {k.exact_rank}" if k.exact_rank is not None else "exact rank: too many subsets"
+        exact = (f"exact Kruskal rank {k.exact_rank}" if k.exact_rank is not None else
+                 f"exact: every {k.required}-subset {'independent' if k.exact_holds else 'checked, not all independent'}"
+                 if k.exact_holds is not None else "exact rank: too many subsets")
         verdict = "holds" if k.holds else "FAILS"
         return (f"{name:<17} {verdict:<6} Kruskal rank of {k.vectors} ≥ {k.required}: "
                 f"{k.sampled_fraction:.1%} of sampled subsets independent; {exact}")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .data import Dataset, checked
+from .errors import InputError
 from .limits import integer
 from .model import MATRICES, Weights
 
@@ -68,7 +69,7 @@ def gradient_descent(data: Dataset, heads: int, *, head_dim: int | None = None, 
     d_h = data.n if head_dim is None else integer(head_dim, "head_dim")
     d_v = d_o if value_dim is None else integer(value_dim, "value_dim")
     if optimizer not in ("adam", "sgd"):
-        raise ValueError(f"optimizer must be adam or sgd, got {optimizer!r}")
+        raise InputError(f"optimizer must be adam or sgd, got {optimizer!r}", what="invalid option")
     if init is not None:
         model = to_torch(init)
     else:

@@ -105,34 +105,40 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
     refuse_identical_inputs(data.E, data.X, data.Y)            # before any layer: none separates them
     layer, layer_why = _prelayer(data, prelayer, min(data.n, d_h))
     original = data
+    exact_inputs = None
     if layer is not None:
         data = Dataset(*mean_shift(data.E, data.X), data.Y)
+
+        def shifted(ar: Arithmetic):               # at a higher precision: the layer's outputs in it
+            return mean_shift(ar.asarray(original.E), ar.asarray(original.X), ar)
+        exact_inputs = shifted
     what = f"a build of T = {data.T} examples (n = {data.n}, d = {data.d}) with H = {H} heads"
     if where.name == "cpu":
         require_memory(memory_estimate(data, H, d_h, d_v), what)
     options = dict(heads=H, head_dim=d_h, value_dim=d_v, seed=seed, tol=tol, scale=scale,
                    progress=progress, trace=trace)
 
-    def at(problem: Dataset, prec: Precision, why: str, with_skip: bool) -> BuildResult:
+    def at(problem: Dataset, prec: Precision, why: str, with_skip: bool, inputs=None) -> BuildResult:
         ar = gpu.arithmetic(where, prec.bits)
         if isinstance(ar, gpu.CuPyFloat64):
             gpu.require_device_memory(ar, gpu.device_memory_estimate(problem, H), what)
         elif where.name == "gpu":                                   # mpmath: on the CPU after all
             require_memory(memory_estimate(problem, H, d_h, d_v), what)
-        result = build_in(ar, problem, why, skip=with_skip, **options)
+        result = build_in(ar, problem, why, skip=with_skip, inputs=inputs if ar.weights_bits is not None else None,
+                          **options)
         ran = "gpu" if isinstance(ar, gpu.CuPyFloat64) else "cpu"
         why = where.why if ran == where.name else f"{prec.bits}-bit mpmath runs on the CPU"
         return replace(result, device=ran, device_reason=why,
                        verification=replace(result.verification, device=ran, device_reason=why))
 
-    def at_each_precision(problem: Dataset, with_skip: bool) -> BuildResult:
-        return policy.choose(problem, H, chosen, lambda prec, why: at(problem, prec, why, with_skip))
+    def at_each_precision(problem: Dataset, with_skip: bool, inputs=None) -> BuildResult:
+        return policy.choose(problem, H, chosen, lambda prec, why: at(problem, prec, why, with_skip, inputs))
 
     exponents = scaling_exponents(data, bool(skip))
     if exponents is not None:
         result = build_scaled(data, exponents, bool(skip), tol, lambda unit: at_each_precision(unit, False))
     else:
-        result = at_each_precision(data, bool(skip))
+        result = at_each_precision(data, bool(skip), exact_inputs)  # scaled: the layer's float64 outputs
     if layer is None:
         return result
     return _with_prelayer(result, original, layer, layer_why, tol)
@@ -184,8 +190,12 @@ def _with_prelayer(result: BuildResult, data: Dataset, layer: str, why: str, tol
 
 def build_in(ar: Arithmetic, data: Dataset, why: str, *, heads: int, head_dim: int, value_dim: int,
              skip: bool, seed: int, tol: float, scale: str, progress: Progress | None = None,
-             trace: bool = False) -> BuildResult:
-    """The proof's steps in order, in the arithmetic ``ar``, on a checked dataset and options."""
+             trace: bool = False, inputs=None) -> BuildResult:
+    """The proof's steps in order, in the arithmetic ``ar``, on a checked dataset and options.
+
+    ``inputs(ar)``, if given, computes the layer's ``(E, X)`` in ``ar`` (a pre-layer's outputs
+    at the build's precision); ``data`` holds them in float64 for the checks and the grouping.
+    """
     timings: dict[str, float] = {}
     clock = [time.perf_counter()]
 
@@ -198,7 +208,7 @@ def build_in(ar: Arithmetic, data: Dataset, why: str, *, heads: int, head_dim: i
         lap("validate")
         groups = partition(data.X, k)
         lap("partition")
-        ws = Workspace.start(ar, data, heads, head_dim, seed)
+        ws = Workspace.start(ar, data, heads, head_dim, seed, inputs)
         steps = [first_head(ws, groups[0])]
         _report(progress, steps, groups)
         for h, S in enumerate(groups[1:], start=1):

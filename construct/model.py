@@ -339,6 +339,9 @@ def head_features(E, X, W_K, W_Q, ar: Arithmetic = FLOAT64):
 def feature_matrix(E, X, weights: Weights, ar: Arithmetic | None = None):
     """The feature matrix ``Z`` (T, H·d): row t is ``[z_1; …; z_H]`` of example t.
 
+    ``E`` and ``X`` are what the attention layer reads. Unlike :func:`forward`, this does not
+    apply the weights' pre-layer: for weights with one, pass ``layer_inputs(weights, E, X)``.
+
     ``ar``: the arithmetic to evaluate in; by default the weights' own (float64, or mpmath at
     ``weights.bits``), and then ``E`` and ``X`` must be in it too.
     """

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .errors import InputError
 from .model import MATRICES as _NAMES
 from .model import Weights, checked_weights
 
@@ -109,9 +110,10 @@ def to_authors(weights: Weights) -> dict[str, np.ndarray]:
     ``Wq``, ``Wk``, ``Wv``, ``Wo``, and their decoder's ``weight`` (d_o, d) and ``bias``."""
     w = checked_weights(weights)
     if w.skip:
-        raise ValueError("the authors' model has no skip connection")
+        raise InputError("the authors' model has no skip connection", what="weights the authors' model cannot hold")
     if w.prelayer is not None:
-        raise ValueError(f"the authors' model is one layer; these weights have the pre-layer {w.prelayer}")
+        raise InputError(f"the authors' model is one layer; these weights have the pre-layer {w.prelayer}",
+                         what="weights the authors' model cannot hold")
     a = w.arrays()
     return {"Wq": a["W_Q"], "Wk": a["W_K"] * math.sqrt(w.d), "Wv": a["W_V"], "Wo": a["W_O"],
             "decoder.weight": a["W_D"].T.copy(), "decoder.bias": np.zeros(w.d_o)}

@@ -45,8 +45,10 @@ class Workspace:
     rng: np.random.Generator
 
     @classmethod
-    def start(cls, ar: Arithmetic, data: Dataset, H: int, d_h: int, seed: int) -> Workspace:
-        E, X = ar.asarray(data.E), ar.asarray(data.X)
+    def start(cls, ar: Arithmetic, data: Dataset, H: int, d_h: int, seed: int, inputs=None) -> Workspace:
+        """``inputs(ar)``, if given: the layer's ``(E, X)`` in ``ar`` itself (a pre-layer's outputs
+        at the build's precision), in place of ``data``'s float64 ones."""
+        E, X = (ar.asarray(data.E), ar.asarray(data.X)) if inputs is None else inputs(ar)
         E_low = ar.lowered(E)
         Z = ar.zeros((data.T, H * data.d))
         norms = ar.low.to_host(ar.low.xp.max(ar.low.vector_norm(E_low, axis=2), axis=1))

@@ -292,3 +292,21 @@ def test_a_fractional_count_is_refused_in_plain_words(tmp_path, capsys):
         run(["build", "--heads", "3.5", "--out", tmp_path / "o"], capsys)
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "must be a positive integer, got '3.5'" in err and "_positive" not in err
+
+
+def test_assumptions_decide_a1_exactly_where_the_required_subsets_fit_the_budget(tmp_path, capsys):
+    # T = 20, n = 4: the 4845 subsets of 4 queries fit the budget (the full Kruskal rank, which
+    # goes on to subsets of 5, does not): the verdict is exact, not sampled.
+    d = synthetic("independent", T=20, n=4, d=8, seed=0)
+    data = write(tmp_path / "d.npz", E=d.E, X=d.X, Y=d.Y)
+    code, stdout, _ = run(["assumptions", data, "--json", "--trials", "50"], capsys)
+    rep = json.loads(stdout)
+    assert code == 0 and rep["a1"]["exact_rank"] is None and rep["a1"]["exact_holds"] is True
+    code, stdout, _ = run(["assumptions", data, "--trials", "50"], capsys)
+    assert "every 4-subset independent" in stdout
+    X = d.X.copy()
+    X[7] = X[1] + X[2] - X[3]                                   # four dependent queries
+    bad = write(tmp_path / "bad.npz", E=d.E, X=X, Y=d.Y)
+    code, stdout, _ = run(["assumptions", bad, "--json", "--trials", "50"], capsys)
+    rep = json.loads(stdout)
+    assert code == 1 and rep["a1"]["exact_holds"] is False and not rep["a1"]["holds"]

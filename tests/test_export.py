@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from construct import build, synthetic
+from construct import InputError, build, synthetic
 from construct.cli import main
 from construct.export import FORMATS, export, export_bytes, onnx_model, read_safetensors
 from construct.model import Weights, forward
@@ -134,7 +134,7 @@ def test_the_authors_parametrization_computes_the_same_model(built):
     # with token 0 masked out of the keys, output at token 0, then Wo and the decoder.
     weights, data = built
     if weights.skip:
-        with pytest.raises(ValueError):
+        with pytest.raises(InputError, match="no skip connection"):
             to_authors(weights)
         return
     a = to_authors(weights)
