@@ -18,13 +18,16 @@ class InputError(ConstructError, ValueError):
         problems: one human-readable line per problem.
     """
 
-    def __init__(self, problems: list[str] | str, *, what: str = "invalid input"):
+    def __init__(self, problems: list[str] | str, *, what: str = "invalid input", counted: bool = True):
+        """``counted=False``: ``what`` counts the problems itself (the lines are a selection, or
+        include advice), so the lines are not counted again."""
         self.problems = [problems] if isinstance(problems, str) else list(problems)
         if len(self.problems) == 1:                  # one problem: one line
             super().__init__(f"{what}: {self.problems[0]}")
             return
         lines = "\n".join(f"  - {p}" for p in self.problems)
-        super().__init__(f"{what} ({len(self.problems)} problems):\n{lines}")
+        head = f"{what} ({len(self.problems)} problems)" if counted else what
+        super().__init__(f"{head}:\n{lines}")
 
 
 class CapacityError(InputError):

@@ -90,7 +90,7 @@ def partition(X: np.ndarray, k: int) -> list[range]:
         raise InputError(shown + _remedies(X, k),
                          what=f"the queries do not meet A1 (any {k} of them linearly independent): "
                               f"{len(problems)} violation(s) found while splitting the examples into head "
-                              "groups (docs/math.md §4.2)")
+                              "groups (docs/math.md §4.2)", counted=False)
     return groups
 
 
@@ -128,7 +128,8 @@ def refuse_identical_inputs(E: np.ndarray, X: np.ndarray, Y: np.ndarray) -> None
                          "of any size, memorizes them all (it has one output for one input)")
     if len(groups) > _SHOWN:
         lines.append(f"… and {len(groups) - _SHOWN} more groups like these")
-    raise InputError(lines, what=f"{sum(map(len, groups))} examples share their inputs with another")
+    raise InputError(lines, what=f"{sum(map(len, groups))} examples share their inputs with another",
+                     counted=False)
 
 
 def _remedies(X: np.ndarray, k: int) -> list[str]:

@@ -23,6 +23,7 @@ def test_repeated_queries_give_a_short_error_that_points_to_proposition_4():
     text = str(err.value)
     assert len(text.splitlines()) <= 8                      # was more than a dozen lines of spans
     assert "violation(s) found" in text and "more like these" in text
+    assert "problems)" not in text                          # the lines are a selection: not counted again
     assert "share their query with another" in text and "Proposition 4" in text
     # ... and what it says builds:
     mean = data.E.mean(axis=1)
