@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from construct.arith import for_bits, numerical_rank
-from construct.model import feature_matrix
+from construct.model import feature_matrix, layer_inputs
 from construct.policy import logit_rounding
 
 EXACT_TOL = 1e-9
@@ -47,12 +47,20 @@ def traced_head(result, head: int, who: str):
     return result.trace[head - 1], result.heads[head - 1]
 
 
+def layer_data(result) -> tuple[np.ndarray, np.ndarray]:
+    """``(E, X)`` the attention layer of a build's weights reads: its data after the weights'
+    pre-layer, if they have one (the build's trace refers to those)."""
+    return layer_inputs(result.weights, result.data.E, result.data.X)
+
+
 def features_rank(data, weights) -> tuple[np.ndarray, int, np.ndarray]:
-    """``Z`` of ``weights`` on ``data`` in the weights' own arithmetic (float64, or mpmath at their
-    bits), its numerical rank there and its singular values (float64, descending)."""
+    """``Z`` of ``weights`` on ``data`` (after their pre-layer, if any) in the weights' own
+    arithmetic (float64, or mpmath at their bits), its numerical rank there and its singular
+    values (float64, descending)."""
     ar = for_bits(weights.bits)
     with ar.working():
-        Z = feature_matrix(ar.asarray(data.E), ar.asarray(data.X), weights, ar)
+        E, X = layer_inputs(weights, ar.asarray(data.E), ar.asarray(data.X), ar)
+        Z = feature_matrix(E, X, weights, ar)
         rank, s = ar.numerical_rank(Z)
     return Z, rank, s
 

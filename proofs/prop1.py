@@ -17,7 +17,7 @@ from construct.arith import numerical_rank
 from construct.model import feature_matrix
 from construct.partition import partition
 
-from .check import Check, features_rank, traced_head
+from .check import Check, features_rank, layer_data, traced_head
 
 STATEMENT = "Proposition 1"
 
@@ -71,13 +71,13 @@ def check_step(result: BuildResult, head: int) -> Check:
     and that ``Z`` restricted to heads ``1..h`` has full row rank on the examples fitted so far.
     """
     tr, ev = traced_head(result, head, "check_step")
-    data = result.data
-    d, S = data.d, tr.examples
-    Z = feature_matrix(data.E, data.X, result.weights)
+    E, X = layer_data(result)
+    d, S = result.data.d, tr.examples
+    Z = feature_matrix(E, X, result.weights)
     Z1 = Z[:, :(head - 1) * d]
     C_ref = Z1[S.start:S.stop] @ np.linalg.pinv(Z1[:S.start])
     C_err = float(np.linalg.norm(tr.C - C_ref, 2))
-    Z_bar = data.E[np.arange(S.start), tr.j_star]
+    Z_bar = E[np.arange(S.start), tr.j_star]
     F_ref = tr.C @ Z_bar
     F_err = float(np.abs(tr.F - F_ref).max())
     Z_h = Z[:, (head - 1) * d:head * d]
