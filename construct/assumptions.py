@@ -54,9 +54,14 @@ def sampled_independence(V: np.ndarray, size: int, trials: int = SAMPLED_TRIALS,
         return 0.0
     rng = np.random.default_rng(seed)
     idx = np.stack([rng.choice(m, size=size, replace=False) for _ in range(trials)])
-    s = FLOAT64.svdvals(V[idx])                                  # (trials, size), batched
-    tol = max(size, V.shape[1]) * EPS * s[:, :1]
-    return float(np.mean((s > tol).all(axis=1)))
+    return float(np.mean(_independent(V, idx)))
+
+
+def _independent(V: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """For each row of ``idx`` (subsets, size), whether those rows of ``V`` are linearly
+    independent under the one rank tolerance (batched singular values)."""
+    s = FLOAT64.svdvals(V[idx])                                  # (subsets, size)
+    return (s > max(idx.shape[1], V.shape[1]) * EPS * s[:, :1]).all(axis=1)
 
 
 def a2_violations(E: np.ndarray) -> np.ndarray:
@@ -132,9 +137,7 @@ def _every_subset_independent(V: np.ndarray, size: int, budget: int) -> bool | N
         return False
     if comb(m, size) > budget:
         return None
-    idx = np.array(list(combinations(range(m), size)))
-    s = FLOAT64.svdvals(V[idx])                                   # (subsets, size), batched
-    return bool(np.all(s > max(size, V.shape[1]) * EPS * s[:, :1]))   # rank_tol, as sampled
+    return bool(np.all(_independent(V, np.array(list(combinations(range(m), size))))))
 
 
 @dataclass(frozen=True)

@@ -686,10 +686,9 @@ def check_certificate(cert: dict, weights: Weights, data: Dataset) -> list[str]:
     except InputError:
         raise InputError(f"field tol is {_excerpt(cert['tol'])}, not a finite positive number",
                          what="invalid certificate") from None
-    bits = cert.get("interval_bits")
-    if bits is not None and not 53 <= bits <= default_bits(checked_weights(weights)):
-        raise InputError(f"field interval_bits is {bits}: certify works at 53 to "
-                         f"{default_bits(checked_weights(weights))} bits for these weights",
+    bits, top = cert.get("interval_bits"), default_bits(checked_weights(weights))
+    if bits is not None and not 53 <= bits <= top:
+        raise InputError(f"field interval_bits is {bits}: certify works at 53 to {top} bits for these weights",
                          what="invalid certificate")
     fresh = certify(weights, data, tol=tol, method=cert["method"], bits=bits).claims
     problems = _compare("", cert, fresh, SCHEMA, cert)
