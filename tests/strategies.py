@@ -49,15 +49,20 @@ def dataset(kind: str, T: int, n: int, d: int, seed: int, d_o: int = 1) -> Datas
 
 
 @st.composite
-def problems(draw, kinds=KINDS, max_heads: int = 3, extra_examples: int = 0, d_o: int = 1) -> Problem:
-    """A valid problem with ``T ≤ H(k−1)+1 + extra_examples`` (extra examples exceed the capacity)."""
+def problems(draw, kinds=KINDS, max_heads: int = 3, extra_examples: int = 0, d_o: int = 1,
+             min_groups: int = 1) -> Problem:
+    """A valid problem with ``T ≤ H(k−1)+1 + extra_examples`` (extra examples exceed the capacity).
+
+    ``min_groups``: at least that many groups of examples, so that many heads have work (for the
+    checks of later heads, which a single group leaves with nothing to check).
+    """
     kind = draw(st.sampled_from(kinds))
     n = draw(st.integers(2, 4))
     d = n + draw(st.integers(0, 3)) if kind != "near-degenerate" else n + draw(st.integers(1, 3))
-    H = draw(st.integers(1, max_heads))
+    H = draw(st.integers(min_groups, max(min_groups, max_heads)))
     d_h = draw(st.sampled_from([n - 1, n, n + 2])) if n > 2 else draw(st.sampled_from([n, n + 2]))
-    cap = capacity(H, n, d_h)
-    T = draw(st.integers(1, cap + extra_examples))
+    cap = capacity(H, n, d_h)                                   # k = min(n, d_h) ≥ 2 here
+    T = draw(st.integers(capacity(min_groups - 1, n, d_h) + 1 if min_groups > 1 else 1, cap + extra_examples))
     return Problem(dataset(kind, T, n, d, draw(seeds), d_o=min(d_o, d)), H, d_h, kind)
 
 
