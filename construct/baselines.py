@@ -49,7 +49,7 @@ class Descent:
 def gradient_descent(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: int | None = None,
                      skip: bool = False, steps: int = 5000, lr: float = 1e-3, optimizer: str = "adam",
                      seed: int = 0, init: Weights | None = None, targets: tuple[float, ...] = (1e-3,),
-                     time_limit: float | None = None) -> Descent:
+                     time_limit: float | None = None, prelayer: str | None = None) -> Descent:
     """Train the model on ``data`` (full batch, float64) and say when each target error was reached.
 
     Args:
@@ -58,6 +58,9 @@ def gradient_descent(data: Dataset, heads: int, *, head_dim: int | None = None, 
         optimizer: ``"adam"`` (the paper's recipe, with its schedule) or ``"sgd"`` (plain gradient
             descent at ``lr``, no schedule).
         time_limit: stop after this many seconds.
+        prelayer: ``"mean-shift"``: the model with Proposition 4's pre-layer, from the random
+            start (the model that data with repeated queries needs). With ``init``, the model is
+            ``init``'s, pre-layer included; a different ``prelayer`` is refused.
     """
     import torch
 
@@ -70,11 +73,16 @@ def gradient_descent(data: Dataset, heads: int, *, head_dim: int | None = None, 
     d_v = d_o if value_dim is None else integer(value_dim, "value_dim")
     if optimizer not in ("adam", "sgd"):
         raise InputError(f"optimizer must be adam or sgd, got {optimizer!r}", what="invalid option")
+    if prelayer not in (None, "mean-shift"):
+        raise InputError(f"prelayer must be None or 'mean-shift', got {prelayer!r}", what="invalid option")
     if init is not None:
+        if prelayer is not None and prelayer != init.prelayer:
+            raise InputError(f"prelayer {prelayer!r} differs from the initial weights' ({init.prelayer!r}); "
+                             "a run trains the model it starts from", what="invalid option")
         model = to_torch(init)
     else:
         generator = torch.Generator().manual_seed(seed)
-        model = MemorizingAttention(H, d, d_h, d_v, d_o, skip)
+        model = MemorizingAttention(H, d, d_h, d_v, d_o, skip, mean_shift=prelayer == "mean-shift")
         with torch.no_grad():
             for name in ("W_Q", "W_K", "W_V"):
                 for h in range(H):
@@ -123,8 +131,8 @@ def gradient_descent(data: Dataset, heads: int, *, head_dim: int | None = None, 
             note(float((model(E, X) - Y).abs().max()), steps)
     arrays = {name: getattr(model, name).detach().numpy().copy() for name in MATRICES}
     # Not checked: a run that diverged returns its non-finite weights (and best_error says so).
-    return Descent(weights=Weights(**arrays, skip=bool(model.skip)), best_error=best, steps=step, seconds=time.perf_counter() - start,
-                   reached=reached)
+    weights = Weights(**arrays, skip=bool(model.skip), prelayer="mean-shift" if bool(model.mean_shift) else None)
+    return Descent(weights=weights, best_error=best, steps=step, seconds=time.perf_counter() - start, reached=reached)
 
 
 def _xavier(tensor, generator) -> None:
