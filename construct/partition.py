@@ -95,7 +95,9 @@ def partition(X: np.ndarray, k: int) -> list[range]:
 
 
 def refuse_identical_inputs(E: np.ndarray, X: np.ndarray, Y: np.ndarray) -> None:
-    """Raise :class:`InputError` when examples share the same inputs (context and query).
+    """Raise :class:`InputError` when examples share the same inputs: the same query and the same
+    context tokens, in any order (attention sees a context as a set of tokens: reordering them
+    reorders the logits and the softmax alike, and ``E^T s`` is the same).
 
     Nothing tells them apart, no layer before the attention either: with different labels no
     model memorizes them all; with the same label they are one example given more than once.
@@ -106,10 +108,12 @@ def refuse_identical_inputs(E: np.ndarray, X: np.ndarray, Y: np.ndarray) -> None
     shared = np.flatnonzero(counts[query] > 1)            # examples whose query another one has
     if shared.size == 0:
         return
-    # Their contexts compared by value (+ 0.0 turns −0.0 into 0.0), as bytes, by one sort.
-    rows = np.ascontiguousarray(E[shared].reshape(shared.size, -1) + 0.0)
-    context = np.unique(rows.view(np.dtype((np.void, rows.itemsize * rows.shape[1]))).reshape(-1),
-                        return_inverse=True)[1].reshape(-1)
+    # Their contexts compared by value (+ 0.0 turns −0.0 into 0.0) as sets of tokens: every token
+    # numbered by one sort of the tokens as bytes, a context by its numbers in increasing order.
+    tokens = np.ascontiguousarray(E[shared].reshape(-1, E.shape[-1]) + 0.0)
+    number = np.unique(tokens.view(np.dtype((np.void, tokens.itemsize * tokens.shape[1]))).reshape(-1),
+                       return_inverse=True)[1].reshape(shared.size, -1)
+    context = np.unique(np.sort(number, axis=1), axis=0, return_inverse=True)[1].reshape(-1)
     _, same, sizes = np.unique(np.stack([query[shared], context], axis=1), axis=0, return_inverse=True,
                                return_counts=True)
     same = same.reshape(-1)
@@ -121,11 +125,16 @@ def refuse_identical_inputs(E: np.ndarray, X: np.ndarray, Y: np.ndarray) -> None
         who = (f"examples {g[0]} and {g[1]}" if len(g) == 2 else
                f"examples {', '.join(map(str, g[:4]))}{', …' if len(g) > 4 else ''} ({len(g)} in all)")
         if all(np.array_equal(Y[t], Y[g[0]]) for t in g):
-            lines.append(f"{who} have the same inputs (context E and query x) and the same label: one example "
+            lines.append(f"{who} have the same inputs (query x, and context E up to the order of its tokens, which "
+                         "attention does not see) and the same label: one example "
                          "given more than once; drop the duplicates")
         else:
-            lines.append(f"{who} have the same inputs (context E and query x) but different labels: no model, "
-                         "of any size, memorizes them all (it has one output for one input)")
+            reordered = not all(np.array_equal(E[t], E[g[0]]) for t in g)
+            lines.append(f"{who} have the same inputs (query x, and context E up to the order of its tokens, which "
+                         "attention does not see) but different labels: no model, "
+                         "of any size, memorizes them all (it has one output for one input)"
+                         + ("; their tokens come in different orders: a positional encoding added to the tokens "
+                            "makes the order part of the input" if reordered else ""))
     if len(groups) > _SHOWN:
         lines.append(f"… and {len(groups) - _SHOWN} more groups like these")
     raise InputError(lines, what=f"{sum(map(len, groups))} examples share their inputs with another",
