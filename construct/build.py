@@ -27,7 +27,7 @@ from .later_head import later_head
 from .limits import integer, require_memory, tolerance
 from .model import (PRELAYERS, Weights, capacity, feature_matrix, heads_needed, mean_shift, output_from_features,
                     sealed)
-from .partition import partition, refuse_identical_inputs
+from .partition import partition, refuse_identical_inputs, refusal, remedies, violations
 from .precision import Precision
 from .readout import min_norm_solve, readout_target, readout_weights
 from .saturation import SCALES
@@ -116,7 +116,7 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
     if where.name == "cpu":
         require_memory(memory_estimate(data, H, d_h, d_v), what)
     options = dict(heads=H, head_dim=d_h, value_dim=d_v, seed=seed, tol=tol, scale=scale,
-                   progress=progress, trace=trace)
+                   progress=progress, trace=trace, shifted=layer is not None)
 
     def at(problem: Dataset, prec: Precision, why: str, with_skip: bool, inputs=None) -> BuildResult:
         ar = gpu.arithmetic(where, prec.bits)
@@ -151,19 +151,21 @@ PRELAYER_OPTIONS = ("none", *PRELAYERS, "auto")
 def _prelayer(data: Dataset, option: str, k: int) -> tuple[str | None, str]:
     """The pre-layer to build with, and why: the option itself, or under ``auto`` the mean shift
     exactly when the queries fail the partition's test (A1 as the construction needs it) and the
-    shifted queries pass it; otherwise the first error stands."""
+    shifted queries pass it; when both fail, the queries' error, saying that the pre-layer does
+    not help."""
     if option == "none":
         return None, ""
     if option != "auto":
         return option, "asked for (prelayer = mean-shift)"
-    try:
-        partition(data.X, k)
+    raw = violations(data.X, k)
+    if not raw:
         return None, ""
-    except InputError as raw:
-        try:
-            partition(mean_shift(data.E, data.X)[1], k)
-        except InputError:
-            raise raw from None
+    shifted = mean_shift(data.E, data.X)[1]
+    also = violations(shifted, k, shifted=True)
+    if also:                           # the raw queries' error, with why the pre-layer does not help
+        raise refusal(data.X, k, raw, advice=[
+            f"--prelayer auto tried Proposition 4's pre-layer, which does not help: the shifted queries x + mean(E) "
+            f"fail as well ({len(also)} violation(s), e.g. {also[0].split(': ', 1)[1]})", *remedies(shifted, k, True)])
     return "mean-shift", ("chosen by auto: the queries fail A1, the queries shifted by their contexts' means "
                           "meet it (A3), so Proposition 4's layer runs first")
 
@@ -190,11 +192,12 @@ def _with_prelayer(result: BuildResult, data: Dataset, layer: str, why: str, tol
 
 def build_in(ar: Arithmetic, data: Dataset, why: str, *, heads: int, head_dim: int, value_dim: int,
              skip: bool, seed: int, tol: float, scale: str, progress: Progress | None = None,
-             trace: bool = False, inputs=None) -> BuildResult:
+             trace: bool = False, inputs=None, shifted: bool = False) -> BuildResult:
     """The proof's steps in order, in the arithmetic ``ar``, on a checked dataset and options.
 
     ``inputs(ar)``, if given, computes the layer's ``(E, X)`` in ``ar`` (a pre-layer's outputs
     at the build's precision); ``data`` holds them in float64 for the checks and the grouping.
+    ``shifted``: ``data`` are a pre-layer's outputs (errors name the shifted queries).
     """
     timings: dict[str, float] = {}
     clock = [time.perf_counter()]
@@ -206,7 +209,7 @@ def build_in(ar: Arithmetic, data: Dataset, why: str, *, heads: int, head_dim: i
     with ar.session():
         k = validate(data, heads, head_dim, value_dim)
         lap("validate")
-        groups = partition(data.X, k)
+        groups = partition(data.X, k, shifted)
         lap("partition")
         ws = Workspace.start(ar, data, heads, head_dim, seed, inputs)
         steps = [first_head(ws, groups[0])]

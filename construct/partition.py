@@ -57,41 +57,58 @@ def span_distances(X_S: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarr
 _SHOWN = 5
 
 
-def partition(X: np.ndarray, k: int) -> list[range]:
+def partition(X: np.ndarray, k: int, shifted: bool = False) -> list[range]:
     """Partition the examples with queries ``X`` (T, d) into groups satisfying §4.2's condition.
+
+    ``shifted``: ``X`` are the queries shifted by their contexts' means (Proposition 4's
+    pre-layer), and the error says so (A3, not A1; no pre-layer to suggest).
 
     Returns:
         The groups as consecutive ranges of example indices.
 
     Raises:
         InputError: a summary line, the first :data:`_SHOWN` violations (the examples and groups
-            involved), how many there are, and what would build instead (:func:`_remedies`).
+            involved), how many there are, and what would build instead (:func:`remedies`).
     """
-    T = X.shape[0]
-    groups = group_ranges(T, k)
+    problems = violations(X, k, shifted)
+    if problems:
+        raise refusal(X, k, problems, shifted)
+    return group_ranges(X.shape[0], k)
+
+
+def violations(X: np.ndarray, k: int, shifted: bool = False) -> list[str]:
+    """One line per violation of §4.2's condition by the queries ``X`` (T, d); empty when none."""
+    name, query, queries = ("x + mean(E)", "shifted query", "shifted queries") if shifted else ("X", "query", "queries")
     problems: list[str] = []
-    for h, G in enumerate(groups, start=1):
+    for h, G in enumerate(group_ranges(X.shape[0], k), start=1):
         X_S = X[G.start:G.stop]
         rank, _ = numerical_rank(X_S.T)
         if rank < len(G):
             bad = _dependent_members(X_S, G.start) or list(G)
-            problems.append(f"X: the queries of group G_{h} (examples {G.start}..{G.stop - 1}) are linearly "
+            problems.append(f"{name}: the {queries} of group G_{h} (examples {G.start}..{G.stop - 1}) are linearly "
                             f"dependent (rank {rank} < {len(G)}); dependent: example(s) {bad}")
             continue
         if h == 1:
             continue
         resid, tol = span_distances(X_S, X[:G.start])
         for t in np.flatnonzero(resid <= tol):
-            problems.append(f"X: the query of example {int(t)} lies in the span of the queries of group G_{h} "
-                            f"(examples {G.start}..{G.stop - 1}), distance {resid[t]:.3g}")
-    if problems:
-        shown = problems[:_SHOWN] + ([f"… and {len(problems) - _SHOWN} more like these"]
-                                     if len(problems) > _SHOWN else [])
-        raise InputError(shown + _remedies(X, k),
-                         what=f"the queries do not meet A1 (any {k} of them linearly independent): "
-                              f"{len(problems)} violation(s) found while splitting the examples into head "
-                              "groups (docs/math.md §4.2)", counted=False)
-    return groups
+            problems.append(f"{name}: the {query} of example {int(t)} lies in the span of the {queries} of "
+                            f"group G_{h} (examples {G.start}..{G.stop - 1}), distance {resid[t]:.3g}")
+    return problems
+
+
+def refusal(X: np.ndarray, k: int, problems: list[str], shifted: bool = False,
+            advice: list[str] | None = None) -> InputError:
+    """The error for :func:`violations`' ``problems``: the first :data:`_SHOWN`, how many, and
+    ``advice`` (by default :func:`remedies`)."""
+    shown = problems[:_SHOWN] + ([f"… and {len(problems) - _SHOWN} more like these"]
+                                 if len(problems) > _SHOWN else [])
+    assumption = ("A3: the queries shifted by their contexts' means (Proposition 4's pre-layer), any "
+                  f"{k} of them linearly independent" if shifted else f"A1 (any {k} of them linearly independent)")
+    return InputError(shown + (remedies(X, k, shifted) if advice is None else advice),
+                      what=f"the {'shifted queries' if shifted else 'queries'} do not meet {assumption}: "
+                           f"{len(problems)} violation(s) found while splitting the examples into head groups "
+                           "(docs/math.md §4.2)", counted=False)
 
 
 def refuse_identical_inputs(E: np.ndarray, X: np.ndarray, Y: np.ndarray) -> None:
@@ -141,11 +158,23 @@ def refuse_identical_inputs(E: np.ndarray, X: np.ndarray, Y: np.ndarray) -> None
                      counted=False)
 
 
-def _remedies(X: np.ndarray, k: int) -> list[str]:
-    """What would build instead: lines for the error."""
+def remedies(X: np.ndarray, k: int, shifted: bool = False) -> list[str]:
+    """What would build instead: lines for the error (``shifted``: ``X`` are the pre-layer's queries)."""
     _, first, counts = np.unique(X, axis=0, return_index=True, return_counts=True)
     repeated = int(np.sum(counts[counts > 1]))
     lines = []
+    if shifted:
+        if repeated:
+            t = int(np.flatnonzero((X == X[first[np.argmax(counts)]]).all(axis=1))[0])
+            twin = int(np.flatnonzero((X == X[t]).all(axis=1))[1])
+            lines.append(f"{repeated} examples share their shifted query x + mean(E) with another (e.g. examples "
+                         f"{t} and {twin}): the pre-layer does not tell them apart; another encoding of the tokens "
+                         "(a positional encoding, say) can")
+        else:
+            r = numerical_rank(X.T)[0]
+            lines.append(f"what would build: if the shifted queries' Kruskal rank r is below {k} (their rank, {r}, "
+                         "bounds it), a head dimension d_h = r (Remark 1: --head-dim r) builds H(r − 1) + 1 examples")
+        return lines
     if repeated:
         t = int(np.flatnonzero((X == X[first[np.argmax(counts)]]).all(axis=1))[0])
         twin = int(np.flatnonzero((X == X[t]).all(axis=1))[1])

@@ -61,3 +61,28 @@ def test_assumptions_exits_1_when_a1_fails_unless_only_reporting(tmp_path, capsy
     good = as_dataset(*(np.random.default_rng(2).standard_normal(s) for s in ((9, 4, 6), (9, 6), (9, 1))))
     np.savez(tmp_path / "g.npz", E=good.E, X=good.X, Y=good.Y)
     assert main(["assumptions", str(tmp_path / "g.npz"), "--trials", "200"]) == 0
+
+
+def _collide_after_the_shift(data):
+    """Example 9's shifted query made equal to example 2's (its raw query differs)."""
+    E, X = data.E.copy(), data.X.copy()
+    X[9] = X[2] + E[2].mean(axis=0) - E[9].mean(axis=0)
+    return as_dataset(E, X, data.Y)
+
+
+def test_with_the_pre_layer_an_a3_failure_names_the_shifted_queries_and_no_pre_layer():
+    # Found by a user's trial: with --prelayer mean-shift given, the error blamed the raw queries
+    # ("X: ...", their rank) and advised --prelayer mean-shift.
+    data = _collide_after_the_shift(_token_sequences(T=20, n=4, d=8, vocabulary=200, seed=3))
+    for option in ("mean-shift", "auto"):
+        with pytest.raises(InputError) as err:
+            build(data, 7, prelayer=option)
+        text = str(err.value)
+        assert "x + mean(E)" in text and "examples 2 and 9" in text, option
+        assert "build with --prelayer" not in text, option
+    with pytest.raises(InputError) as err:
+        build(data, 7, prelayer="mean-shift")
+    assert "shifted queries do not meet A3" in str(err.value) and "X: " not in str(err.value)
+    with pytest.raises(InputError) as err:
+        build(data, 7, prelayer="auto")                  # the raw queries' error, and why auto did not help
+    assert "queries do not meet A1" in str(err.value) and "does not help" in str(err.value)
