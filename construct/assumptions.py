@@ -191,9 +191,13 @@ def assumptions_text(rep: AssumptionReport) -> str:
                  f"exact: every {k.required}-subset {'independent' if k.exact_holds else 'checked, not all independent'}"
                  if k.exact_holds is not None else "exact rank: too many subsets")
         verdict = "holds" if k.holds else "FAILS"
+        if rep.T < k.required:                  # no subset of that size to sample
+            return (f"{name:<17} {verdict:<6} Kruskal rank of {k.vectors} ≥ {k.required}: there are only "
+                    f"{rep.T} (T < {k.required}); the build does not need it then: it tests the condition "
+                    "it uses (docs/math.md §4.2)")
         return (f"{name:<17} {verdict:<6} Kruskal rank of {k.vectors} ≥ {k.required}: "
                 f"{k.sampled_fraction:.1%} of sampled subsets independent; {exact}")
-    a2 = ("holds " if rep.a2 else "FAILS ") + (
+    a2 = ("holds  " if rep.a2 else "FAILS  ") + (
         "every context has full row rank" if rep.a2 else
         f"contexts without full row rank: examples {rep.a2_violations[:20]}"
         + (f" … ({len(rep.a2_violations)} in all)" if len(rep.a2_violations) > 20 else ""))

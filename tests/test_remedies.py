@@ -86,3 +86,17 @@ def test_with_the_pre_layer_an_a3_failure_names_the_shifted_queries_and_no_pre_l
     with pytest.raises(InputError) as err:
         build(data, 7, prelayer="auto")                  # the raw queries' error, and why auto did not help
     assert "queries do not meet A1" in str(err.value) and "does not help" in str(err.value)
+
+
+def test_assumptions_with_fewer_queries_than_n_says_so_and_lines_up(tmp_path, capsys):
+    # A user's trial: with T < n the report gave "0.0% of sampled subsets independent" (there
+    # are none), although the build works; and A2's verdict sat one column off the others.
+    data = _token_sequences(T=3, n=4, d=6)
+    np.savez(tmp_path / "d.npz", E=data.E, X=data.X, Y=data.Y)
+    assert main(["assumptions", str(tmp_path / "d.npz")]) == 1          # A1 cannot hold: 3 < 4 queries
+    out = capsys.readouterr().out
+    a1 = next(line for line in out.splitlines() if line.startswith("A1 "))
+    assert "only 3" in a1 and "sampled" not in a1
+    verdicts = [line[18:25] for line in out.splitlines()[1:]]
+    assert all(v in ("holds  ", "FAILS  ") for v in verdicts), out
+    assert build(data, 1).verification.passed
