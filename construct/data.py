@@ -134,7 +134,7 @@ def as_dataset(E, X, Y=None, *, labels=None) -> Dataset:
             problems.append(f"Y: expected shape (T, d_o) or (T,), got {Y.ndim}-D array of shape {Y.shape}")
             Y = None
     present = {k: v for k, v in (("E", E), ("X", X), ("Y", Y)) if v is not None}
-    counts = {k: v.shape[0] for k, v in present.items()}
+    counts = {("labels" if k == "Y" and classes is not None else k): v.shape[0] for k, v in present.items()}
     if len(set(counts.values())) > 1:
         problems.append("number of examples differs: " + ", ".join(f"{k} has {c}" for k, c in counts.items()))
     if any(c == 0 for c in counts.values()):

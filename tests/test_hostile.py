@@ -120,6 +120,13 @@ def test_more_classes_than_the_model_can_output_is_refused(tmp_path, capsys):
     assert code == 2 and "labels: 9 classes" in err and not (tmp_path / "o").exists()
 
 
+def test_labels_of_the_wrong_length_are_named_as_labels(small):
+    # A user's trial: the error named Y, an array the user never gave.
+    with pytest.raises(InputError, match=r"X has 7, labels has 9") as err:
+        as_dataset(small.E[:7], small.X[:7], labels=np.arange(9) % 2)
+    assert "Y has" not in str(err.value)
+
+
 def test_labels_that_are_not_integers_are_refused(small):
     with pytest.raises(InputError, match="integer"):
         as_dataset(small.E, small.X, labels=np.linspace(0, 1, small.T))
