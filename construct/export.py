@@ -44,7 +44,14 @@ def export_bytes(weights: Weights, fmt: str, dtype: str = "float64", report_sha2
     if dtype not in DTYPES:
         raise InputError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}", what="invalid option")
     w = checked_weights(weights)
-    arrays = {name: np.ascontiguousarray(w.arrays()[name], dtype=dtype) for name in _NAMES}
+    with np.errstate(over="ignore"):                # beyond float32's range: refused below, by name
+        arrays = {name: np.ascontiguousarray(w.arrays()[name], dtype=dtype) for name in _NAMES}
+    beyond = [f"{name}: values up to {float(np.abs(np.asarray(w.arrays()[name], dtype=np.float64)).max()):.3g} "
+              f"exceed float32's range ({float(np.finfo(np.float32).max):.3g})"
+              for name, a in arrays.items() if not np.all(np.isfinite(a))]
+    if beyond:
+        raise InputError(beyond + ["export them as float64 (--dtype float64), or build from rescaled data"],
+                         what="weights not representable in float32", counted=False)
     if fmt == "safetensors":
         from safetensors.numpy import save
         return save(arrays, metadata=_metadata(w, dtype, report_sha256))

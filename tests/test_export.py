@@ -129,6 +129,21 @@ def test_float32_exports_state_their_error(built, fmt, tmp_path):
     assert info["labels_hold"] == (info["max_abs_error"] <= info["allowed"])
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_weights_beyond_float32_are_refused_before_a_float32_file_is_written(built, fmt, tmp_path):
+    # A user's trial: NumPy's overflow warnings, then a file of infinities (exit 1).
+    import dataclasses
+    import warnings
+    weights, data = built
+    huge = dataclasses.replace(weights, W_O=weights.W_O * 1e300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(InputError, match=r"(?s)float32.*W_O: values up to .* exceed float32's range"):
+            export(huge, fmt, tmp_path / "w", dtype="float32", data=data)
+    assert not (tmp_path / "w").exists()
+    assert export(huge, fmt, tmp_path / "w", dtype="float64")["dtype"] == "float64"     # float64 holds them
+
+
 def test_the_authors_parametrization_computes_the_same_model(built):
     # Their CustomAttention: sequence [x; E], Q = seq Wq, K = seq Wk, V = seq Wv, softmax(QK^T/sqrt(d))
     # with token 0 masked out of the keys, output at token 0, then Wo and the decoder.
