@@ -41,17 +41,23 @@ def _cmd_build(args) -> int:
     from .report import summary_text
 
     _replaceable_folder(args.out, args.data if args.force else None)
+    certificate = Path(args.out) / CERTIFICATE
     # The folder is locked before the work starts, so a second build into it is refused at once.
-    with OutputFolder(args.out, OUTPUTS, force=args.force) as out:
+    with OutputFolder(args.out, OUTPUTS + (CERTIFICATE,), force=args.force) as out:
+        stale = certificate.is_file()
         report = _build_into(args, out)
     if not args.quiet:
         print(summary_text(report))
         print(f"wrote        {Path(args.out) / 'weights.npz'}, data.npz, report.json")
+        if stale:
+            print(f"removed      {certificate}: it certified the weights this build replaced")
     return 0
 
 
-# What build writes into its folder, as one set.
+# What build writes into its folder, as one set; and the certificate the docs write beside it,
+# which a new build replaces with the rest (it certified the old weights).
 OUTPUTS = ("weights.npz", "data.npz", "report.json")
+CERTIFICATE = "certificate.json"
 
 
 def _replaceable_folder(out: Path, data: Path | None) -> None:

@@ -316,3 +316,19 @@ def test_assumptions_decide_a1_exactly_where_the_required_subsets_fit_the_budget
     code, stdout, _ = run(["assumptions", bad, "--json", "--trials", "50"], capsys)
     rep = json.loads(stdout)
     assert code == 1 and rep["a1"]["exact_holds"] is False and not rep["a1"]["holds"]
+
+
+def test_a_rebuild_replaces_the_run_folder_with_its_certificate(tmp_path, capsys, good):
+    # The documented workflow writes run/certificate.json; a user's trial found the next build
+    # into run refused ("holds files this command does not write"), and --force the only way.
+    data, run_dir = write(tmp_path / "d.npz", **good), tmp_path / "run"
+    assert run(["build", data, "--out", run_dir, "--quiet"], capsys)[0] == 0
+    assert run(["certify", run_dir / "weights.npz", run_dir / "data.npz",
+                "--out", run_dir / "certificate.json"], capsys)[0] == 0
+    code, out, err = run(["build", data, "--out", run_dir, "--seed", "1"], capsys)
+    assert code == 0, err
+    assert "removed" in out and "certificate.json" in out
+    assert sorted(p.name for p in run_dir.iterdir()) == ["data.npz", "report.json", "weights.npz"]
+    (run_dir / "notes.txt").write_text("mine")
+    code, _, err = run(["build", data, "--out", run_dir], capsys)
+    assert code == 2 and "notes.txt" in err                            # other files are still the user's
