@@ -33,7 +33,9 @@ def validate(data: Dataset, H: int, d_h: int, d_v: int) -> int:
         if bad.size:
             shown = ", ".join(map(str, bad[:20])) + (f", … ({bad.size} in all)" if bad.size > 20 else "")
             problems.append(f"E: context of example(s) {shown} is not of full row rank (A2 needs "
-                            f"rank E^(t) = n = {n}: distinct, linearly independent tokens)")
+                            f"rank E^(t) = n = {n}: distinct, linearly independent tokens); what would build: "
+                            "remove or perturb the repeated (or dependent) tokens, or add a positional encoding "
+                            "to the tokens, which tells a token at two positions apart")
     cap = capacity(H, n, d_h)
     if T > cap:
         need = heads_needed(T, k)

@@ -103,7 +103,7 @@ def bad_cases(good):
         "count": (dict(E=E, X=X[:6], Y=Y), ["E has 7", "X has 6"]),
         "dim": (dict(E=E, X=X[:, :5], Y=Y), ["token dimension"]),
         "n_gt_d": (dict(E=wide, X=X, Y=Y), ["n = 7", "d = 6"]),
-        "rank": (dict(E=flat, X=X, Y=Y), ["example(s) 2", "full row rank"]),
+        "rank": (dict(E=flat, X=X, Y=Y), ["example(s) 2", "full row rank", "positional encoding"]),
         "duplicate": (dict(E=E, X=dup, Y=Y), ["example 1", "G_2"]),
         "missing": (dict(E=E, X=X), ["'Y' is missing"]),
         "strings": (dict(E=E, X=X, Y=np.array(["a"] * 7)), ["Y", "dtype"]),
