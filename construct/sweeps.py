@@ -67,12 +67,20 @@ def sweep(vary: str, values, *, kind: str = "independent", H: int = 4, n: int = 
     others fixed (``d_h`` defaults to ``n``)."""
     if vary not in VARIES:
         raise InputError(f"vary must be one of {', '.join(VARIES)}, got {vary!r}", what="invalid option")
-    rows = []
-    for v in values:
+    d = integer(d, "d")
+    points = []
+    for v in values:                                 # every point checked before the first runs
         p = {"H": integer(H, "H"), "n": integer(n, "n"), "d_h": d_h}
-        p[vary] = integer(v, vary)
-        p["d_h"] = p["d_h"] or p["n"]
-        rows.append(point(kind, p["H"], p["n"], integer(d, "d"), p["d_h"], seed))
+        p[vary] = integer(v, f"values: {vary}")
+        p["d_h"] = integer(p["d_h"] or p["n"], "d_h")
+        points.append(p)
+    wide = sorted({p["n"] for p in points if p["n"] > d})
+    if wide:
+        raise InputError(f"n = {', '.join(map(str, wide))} exceeds the token dimension d = {d} (A2 needs n ≤ d)",
+                         what="invalid sweep" if vary != "n" else "invalid values")
+    rows = []
+    for p in points:
+        rows.append(point(kind, p["H"], p["n"], d, p["d_h"], seed))
         if progress is not None:
             progress(rows[-1])
     return rows

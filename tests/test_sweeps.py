@@ -89,3 +89,15 @@ def test_two_outputs_on_one_file_are_refused_before_the_sweep(tmp_path, capsys, 
                  str(tmp_path / ".." / tmp_path.name / "t")])
     err = capsys.readouterr().err
     assert code == 2 and "given to --csv and --json" in err and not (tmp_path / "t").exists()
+
+
+def test_a_value_out_of_range_is_refused_before_the_first_point(tmp_path, capsys, monkeypatch):
+    # A user's trial: n = 4 was computed, then n = 100 failed naming E and the data.
+    import construct.sweeps as sweeps
+    monkeypatch.setattr(sweeps, "point", lambda *a, **k: pytest.fail("a point ran"))
+    code = main(["capacity", "--vary", "n", "--values", "4", "100", "--dim", "64", "--csv", str(tmp_path / "p.csv")])
+    err = capsys.readouterr().err
+    assert code == 2 and "n = 100 exceeds the token dimension d = 64" in err and "values" in err
+    assert not (tmp_path / "p.csv").exists()
+    with pytest.raises(InputError, match="values: H"):
+        sweeps.sweep("H", [2, 0])
