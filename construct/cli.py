@@ -311,10 +311,12 @@ def _cmd_capacity(args) -> int:
     if args.plot and importlib.util.find_spec("matplotlib") is None:     # before the sweep, not after
         raise InputError("plots need matplotlib: pip install 'mha-construct[plot]'", what="missing library")
 
-    print(f"{'kind':<12} {'H':>4} {'n':>4} {'d':>4} {'d_h':>4} {'bound':>6} {'certified':>9} {'generic rank':>14} "
-          f"{'s':>6}")
+    header = [f"{'kind':<12} {'H':>4} {'n':>4} {'d':>4} {'d_h':>4} {'bound':>6} {'certified':>9} {'generic rank':>14} "
+              f"{'s':>6}"]
 
     def show(r: dict) -> None:
+        if header:                                      # with the first row: not above a refusal
+            print(header.pop())
         print(f"{r['kind']:<12} {r['H']:>4} {r['n']:>4} {r['d']:>4} {r['d_h']:>4} {r['bound']:>6} {r['certified']:>9} "
               f"{r['generic_rank']:>5} of {r['generic_T']:<5} {r['seconds']:>6.2f}", flush=True)
 
