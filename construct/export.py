@@ -9,7 +9,7 @@
   given, ``report_sha256``; with Proposition 4's pre-layer, ``prelayer`` (``"mean-shift"``) and
   ``prelayer_version``; any framework's safetensors loader reads it; extra ``[safetensors]``.
 - ``onnx``: a graph of standard operators (opset :data:`OPSET`: MatMul, Reshape, Transpose,
-  Softmax, Add) with inputs ``E`` (B, n, d) and ``x`` (B, d) and output ``f`` (B, d_o), the weights as
+  Softmax; Add with the skip connection or the pre-layer) with inputs ``E`` (B, n, d) and ``x`` (B, d) and output ``f`` (B, d_o), the weights as
   initializers (with the pre-layer, a ReduceMean over the context and two Adds first); it runs
   in onnxruntime; extra ``[onnx]``.
 
@@ -54,7 +54,7 @@ def export_bytes(weights: Weights, fmt: str, dtype: str = "float64", report_sha2
                          what="weights not representable in float32", counted=False)
     if fmt == "safetensors":
         from safetensors.numpy import save
-        return save(arrays, metadata=_metadata(w, dtype, report_sha256))
+        return _sorted_metadata(save(arrays, metadata=_metadata(w, dtype, report_sha256)))
     if fmt == "onnx":
         return onnx_model(w, dtype).SerializeToString()
     import torch
@@ -62,6 +62,22 @@ def export_bytes(weights: Weights, fmt: str, dtype: str = "float64", report_sha2
     buffer = io.BytesIO()
     torch.save(to_torch(w, dtype=getattr(torch, dtype)).state_dict(), buffer)
     return buffer.getvalue()
+
+
+def _sorted_metadata(payload: bytes) -> bytes:
+    """A safetensors file with its metadata in sorted order: the library writes it in a hash
+    map's order, which changes from one process to the next, and so did the file's sha256.
+
+    The header is an 8-byte little-endian length, then that much JSON padded with spaces to a
+    multiple of 8; the tensors' offsets count from after it, so only the JSON changes.
+    """
+    import json
+    size = int.from_bytes(payload[:8], "little")
+    header = json.loads(payload[8:8 + size])
+    header["__metadata__"] = dict(sorted(header.get("__metadata__", {}).items()))
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + payload[8 + size:]
 
 
 def _metadata(w: Weights, dtype: str, report_sha256: str | None) -> dict[str, str]:

@@ -120,6 +120,26 @@ def test_safetensors_metadata_and_round_trip(built, tmp_path):
     assert all(np.array_equal(getattr(back, m), getattr(weights, m)) for m in ("W_K", "W_Q", "W_V", "W_O", "W_D"))
 
 
+def test_exported_files_are_the_same_bytes_every_time(built, tmp_path):
+    # A user's trial: safetensors files differed from run to run (the library writes its
+    # metadata in a hash map's order, seeded afresh in every process).
+    weights, _ = built
+    (tmp_path / "w.npz").write_bytes(weights.to_bytes())
+    script = textwrap.dedent(f"""
+        import hashlib
+        from construct import load_weights
+        from construct.export import FORMATS, export_bytes
+        w = load_weights({str(tmp_path / "w.npz")!r})
+        for fmt in FORMATS:
+            digests = {{hashlib.sha256(export_bytes(w, fmt, report_sha256="ab" * 32)).hexdigest() for _ in range(4)}}
+            print(fmt, *sorted(digests))
+    """)
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+            for _ in range(2)]
+    assert all(len(line.split()) == 2 for line in runs[0].splitlines()), runs[0]      # one digest per format
+    assert runs[0] == runs[1], runs
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_float32_exports_state_their_error(built, fmt, tmp_path):
     weights, data = built
