@@ -254,11 +254,15 @@ def _prelayer_of(arrays: dict, path) -> str | None:
         return None
     name, version = arrays.get("prelayer"), arrays.get("prelayer_version")
     problems = []
-    if name is None or name.shape != () or name.dtype.kind != "U":
+    if name is None:
+        problems.append("prelayer: missing (the file has prelayer_version)")
+    elif name.shape != () or name.dtype.kind != "U":
         problems.append(f"prelayer: expected one name (a string), got {name!r}")
     elif str(name) not in PRELAYERS:
         problems.append(f"prelayer: unknown layer {str(name)!r}; known: {', '.join(PRELAYERS)}")
-    if version is None or version.shape != () or version.dtype.kind not in "iu":
+    if version is None:
+        problems.append("prelayer_version: missing (the file names a prelayer)")
+    elif version.shape != () or version.dtype.kind not in "iu":
         problems.append(f"prelayer_version: expected an integer, got {version!r}")
     elif int(version) != PRELAYER_VERSION:
         problems.append(f"prelayer_version: {int(version)} is not {PRELAYER_VERSION}, the version this "

@@ -90,7 +90,10 @@ def test_the_weights_file_records_the_prelayer_and_refuses_what_it_cannot_read(p
             load_weights(path)
     no_version = {k: v for k, v in arrays.items() if k != "prelayer_version"}
     path.write_bytes(npz_bytes(no_version))
-    with pytest.raises(InputError, match="prelayer_version"):
+    with pytest.raises(InputError, match="prelayer_version: missing"):
+        load_weights(path)
+    path.write_bytes(npz_bytes({k: v for k, v in arrays.items() if k != "prelayer"}))
+    with pytest.raises(InputError, match="prelayer: missing"):
         load_weights(path)
     with pytest.raises(InputError, match="unknown layer"):
         as_weights(*(arrays[k] for k in ("W_K", "W_Q", "W_V", "W_O", "W_D")), prelayer="layernorm")
