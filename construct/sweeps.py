@@ -117,7 +117,9 @@ def plot(rows: list[dict], vary: str, path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise InputError("plots need matplotlib: pip install 'mha-construct[plot]'", what="missing library") from None
-    with matplotlib.rc_context({"svg.fonttype": "none"}):      # SVG text stays text (searchable, accessible)
+    # SVG text stays text (searchable, accessible); a fixed salt for the SVG's ids and no date:
+    # the same rows give the same file.
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "mha-construct"}):
         _draw(plt, rows, vary, path)
 
 
@@ -139,7 +141,8 @@ def _draw(plt, rows: list[dict], vary: str, path) -> None:
     ax.grid(alpha=0.3)
     ax.legend()
     buffer = io.BytesIO()
-    fig.savefig(buffer, format=Path(path).suffix.lower()[1:])
+    kind = Path(path).suffix.lower()[1:]
+    fig.savefig(buffer, format=kind, metadata={"Date": None} if kind == "svg" else None)
     plt.close(fig)
     from .io import write_atomic
     write_atomic(path, buffer.getvalue())                   # whole, or not at all

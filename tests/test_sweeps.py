@@ -101,3 +101,13 @@ def test_a_value_out_of_range_is_refused_before_the_first_point(tmp_path, capsys
     assert not (tmp_path / "p.csv").exists()
     with pytest.raises(InputError, match="values: H"):
         sweeps.sweep("H", [2, 0])
+
+
+def test_a_plot_is_the_same_bytes_every_time(rows, tmp_path):
+    # The committed figures changed on every run (a date and random clip-path ids in the SVG).
+    pytest.importorskip("matplotlib")
+    shared = [r for r in rows if r["kind"] == "shared"]
+    for suffix in (".svg", ".png"):
+        plot(shared, "H", tmp_path / f"a{suffix}")
+        plot(shared, "H", tmp_path / f"b{suffix}")
+        assert (tmp_path / f"a{suffix}").read_bytes() == (tmp_path / f"b{suffix}").read_bytes(), suffix
