@@ -116,6 +116,7 @@ class Check:
 
     def __str__(self) -> str:
         verdict = ("confirmed" if self.confirmed else "CONTRADICTED" if self.contradicted
+                   else "undecided (no conclusion from these numbers)" if self.applies
                    else "does not apply: " + "; ".join(self.failed))
         lines = [f"{self.statement}: {verdict}"]
         for name, value in self.quantities.items():             # the scalars; arrays stay in .quantities

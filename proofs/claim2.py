@@ -22,8 +22,10 @@ from .check import EXACT_TOL, Check, factored_rank, layer_data, logit_rounding, 
 STATEMENT = "Claim 2"
 
 
-def _conclusion(E_S, X_S, s, E_A, X_A, K, Q, a, b, c, j_star=None) -> tuple[bool, dict]:
-    """Targets on S, saturation on the others, rank: for ``W = K Q^T + c a b^T``."""
+def _conclusion(E_S, X_S, s, E_A, X_A, K, Q, a, b, c, j_star=None) -> tuple[bool | None, dict]:
+    """Targets on S, saturation on the others, rank: for ``W = K Q^T + c a b^T``. None when the
+    float64 evaluation cannot decide the targets: their tolerance (the logits' rounding) reaches 1,
+    the largest difference of two probabilities."""
     W_K, W_Q = np.column_stack([K, c * a]), np.column_stack([Q, b])
     err = float(np.abs(head_attention(E_S, X_S, W_K, W_Q) - s).max()) if len(s) else 0.0
     tol = EXACT_TOL + 2 * logit_rounding(E_S, X_S, W_K, W_Q)
@@ -36,7 +38,9 @@ def _conclusion(E_S, X_S, s, E_A, X_A, K, Q, a, b, c, j_star=None) -> tuple[bool
     # The model's logits carry rounding (docs/math.md §5) that the exact ones do not; a logit error η
     # changes the distance by a factor of at most exp(2η).
     eta = logit_rounding(E_A, X_A, W_K, W_Q)
-    frozen = bool(np.all(dist <= bound * (1 + 4 * E_A.shape[1] * EPS) * np.exp(2 * eta)))
+    with np.errstate(over="ignore", invalid="ignore"):    # where 0·inf, np.where takes the 0
+        allowed = np.where(bound > 0, bound * (1 + 4 * E_A.shape[1] * EPS) * np.exp(2 * eta), 0.0)
+    frozen = bool(np.all(dist <= allowed))
     rank_W = factored_rank(W_K, W_Q)
     # What the bound says: only where it is below 2 (the largest distance of two points of the
     # simplex) does it keep an example near its one-hot; at the small scales of --scale rank it
@@ -48,6 +52,8 @@ def _conclusion(E_S, X_S, s, E_A, X_A, K, Q, a, b, c, j_star=None) -> tuple[bool
          "rank_W": rank_W, "c": c, "distance": dist, "bound": bound, "j_star": sat.quantities["j_star"],
          "examples_bound_below_2": int(np.sum(bound < 2)), "examples_saturated": int(np.sum((bound < 2) & attends)),
          "examples_other": int(len(X_A))}
+    if tol >= 1:
+        return None, q
     return bool(err <= tol and frozen and same_tokens and rank_W <= len(s) + 1), q
 
 
@@ -71,7 +77,7 @@ def check(E_S: np.ndarray, X_S: np.ndarray, s: np.ndarray, E_A: np.ndarray, X_A:
         return Check(STATEMENT, hyp, None, {})
     K, Q = claim1_factors(E_S, X_S, s)
     holds, q = _conclusion(E_S, X_S, s, E_A, X_A, K, Q, sep.quantities["a"], sep.quantities["b"], c)
-    return Check(STATEMENT, hyp, holds and bool(sep.conclusion), q)
+    return Check(STATEMENT, hyp, None if holds is None else holds and bool(sep.conclusion), q)
 
 
 def check_head(result: BuildResult, head: int) -> Check:

@@ -38,7 +38,9 @@ def check(E: np.ndarray, X: np.ndarray, W: np.ndarray, W_prime: np.ndarray, c: f
     distance = one_hot_distance(ell + c * g, j_star)
     bound = saturation_bound(np.abs(ell).max(axis=1), delta, c, n)
     size = 2 * np.abs(ell).max(axis=1) + c * np.abs(g).max(axis=1)
-    holds = bool(np.all(distance <= bound * (1 + 4 * n * EPS) * np.exp(4 * size * EPS)))
+    with np.errstate(over="ignore", invalid="ignore"):    # beyond float64: nothing to contradict
+        allowed = np.where(bound > 0, bound * (1 + 4 * n * EPS) * np.exp(4 * size * EPS), 0.0)
+    holds = bool(np.all(distance <= allowed))
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(bound > 0, distance / bound, np.where(distance > 0, np.inf, 0.0))
     q = {"max_ratio": float(ratio.max()) if ratio.size else 0.0, "distance": distance, "bound": bound,

@@ -389,3 +389,28 @@ def test_remark1_lower_kruskal_rank_lowers_k(seed, H):
 def test_appendix_c_skip_connection_memorizes_shifted_labels(p: Problem):
     r = proofs.appendix_c.check(p.data, p.H, p.d_h)
     assert r.confirmed, str(r)
+
+
+def test_lemma4_and_claim2_at_scales_where_the_rounding_allowance_overflows():
+    # A student's trial: at c ≥ 2e18 the allowance exp(4·size·ε) overflowed, 0·inf gave NaN, and
+    # a distance of 0 within a bound of 0 was reported CONTRADICTED.
+    from construct import synthetic
+    E, X, W, Wp = proofs.lemma4.extremal(3, 4, 1.0, 0.5)
+    for c in (1e18, 2e18, 1e300):
+        assert not proofs.lemma4.check(E, X, W, Wp, c).contradicted, c
+    data = synthetic("independent", T=7, n=3, d=4, seed=0)
+    r = proofs.claim2.check(data.E[3:5], data.X[3:5], np.full((2, 3), 1 / 3), data.E[:3], data.X[:3], 1e18)
+    assert not r.contradicted, str(r)
+
+
+def test_claim2_does_not_confirm_targets_it_cannot_see():
+    # A student's trial: at c = 1e17 the targets were missed by 0.48 and the check confirmed
+    # them, its tolerance (the logits' rounding) having grown to 1824.
+    from construct import synthetic
+    data = synthetic("independent", T=7, n=3, d=4, seed=0)
+    args = (data.E[3:5], data.X[3:5], np.full((2, 3), 1 / 3), data.E[:3], data.X[:3])
+    far = proofs.claim2.check(*args, 1e17)
+    assert far.quantities["target_tol"] >= 1
+    assert far.conclusion is None and not far.confirmed and not far.contradicted
+    assert "undecided" in str(far)
+    assert proofs.claim2.check(*args, 10.0).confirmed
