@@ -16,12 +16,14 @@ class InputError(ConstructError, ValueError):
 
     Attributes:
         problems: one human-readable line per problem.
+        what: what kind of input is at fault (the message's head: "invalid option", …).
     """
 
     def __init__(self, problems: list[str] | str, *, what: str = "invalid input", counted: bool = True):
         """``counted=False``: ``what`` counts the problems itself (the lines are a selection, or
         include advice), so the lines are not counted again."""
         self.problems = [problems] if isinstance(problems, str) else list(problems)
+        self.what = what
         if len(self.problems) == 1:                  # one problem: one line
             super().__init__(f"{what}: {self.problems[0]}")
             return

@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 
 from construct.arith import for_bits, numerical_rank
+from construct.data import checked
+from construct.limits import integer
 from construct.model import feature_matrix, layer_inputs
 from construct.policy import logit_rounding
 
@@ -76,6 +78,18 @@ def factored_rank(K: np.ndarray, Q: np.ndarray) -> int:
         return 0
     core = np.linalg.qr(K, mode="r") @ np.linalg.qr(Q, mode="r").T
     return numerical_rank(core)[0]
+
+
+def options(data, heads, head_dim=None, value_dim=None) -> tuple:
+    """The checked dataset, ``H``, ``d_h`` and ``d_v`` (defaults ``n`` and ``d_o``): integers ≥ 1,
+    refused otherwise (never truncated), as :func:`construct.build` refuses them.
+
+    Raises:
+        InputError: not a dataset, or an option that is not an integer ≥ 1.
+    """
+    data = checked(data)
+    return (data, integer(heads, "heads"), data.n if head_dim is None else integer(head_dim, "head_dim"),
+            data.d_o if value_dim is None else integer(value_dim, "value_dim"))
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,10 @@ from construct.data import Dataset, as_dataset
 from construct.errors import ConstructError, InputError
 from construct.arith import numerical_rank
 from construct.model import feature_matrix
+from construct.limits import integer
 from construct.partition import partition
 
-from .check import Check, features_rank, layer_data, traced_head
+from .check import Check, features_rank, layer_data, options, traced_head
 
 STATEMENT = "Proposition 1"
 
@@ -43,7 +44,8 @@ def check(data: Dataset, heads: int, head_dim: int | None = None, *, seed: int =
     ``construction_error`` says why): a failure to confirm this existential statement, not a
     counterexample.
     """
-    d_h = data.n if head_dim is None else int(head_dim)
+    data, heads, d_h, _ = options(data, heads, head_dim)
+    seed = integer(seed, "seed", 0)
     k = min(data.n, d_h)
     fitted = min(data.T, capacity(heads, data.n, d_h))
     bound = fitted
@@ -55,6 +57,8 @@ def check(data: Dataset, heads: int, head_dim: int | None = None, *, seed: int =
         sub = as_dataset(data.E[:fitted], data.X[:fitted], data.Y[:fitted])
         weights = build(sub, heads, head_dim=d_h, seed=seed).weights
     except ConstructError as exc:
+        if isinstance(exc, InputError) and exc.what.startswith("request too large"):
+            raise                                   # the machine's limit, not the proposition's
         return Check(STATEMENT, hyp, False, {**q, "construction_error": str(exc)})
     _, rank_Z, s = features_rank(data, weights)
     q.update(rank_Z=rank_Z, sigma_min_Z=float(s[min(bound, s.size) - 1]), weights=weights)

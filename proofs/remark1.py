@@ -15,14 +15,14 @@ from construct.data import Dataset
 from construct.model import Weights
 
 from . import theorem1
-from .check import Check
+from .check import Check, options
 
 STATEMENT = "Remark 1"
 
 
 def check(data: Dataset, heads: int, head_dim: int | None = None, *, seed: int = 0) -> Check:
     """Remark 1 on ``data``: the exact Kruskal rank ``r`` of the queries sets ``k``, then Theorem 1."""
-    d_h = data.n if head_dim is None else int(head_dim)
+    data, heads, d_h, _ = options(data, heads, head_dim)
     r = kruskal_rank(data.X)
     if r is None:
         return Check(STATEMENT, {"queries' Kruskal rank computable exactly": False}, None, {})

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from construct.build import build, capacity
 from construct.data import Dataset
-from construct.errors import ConstructError
+from construct.errors import ConstructError, InputError
+from construct.limits import integer, tolerance
 from construct.model import param_count
 from construct.verify import DEFAULT_TOL
 
 from . import prop1
-from .check import Check
+from .check import Check, options
 
 STATEMENT = "Theorem 1"
 
@@ -35,8 +36,8 @@ def check(data: Dataset, heads: int, head_dim: int | None = None, value_dim: int
     A False conclusion is a float64 failure of the construction (``construction_error``), not a
     counterexample: the theorem is about exact arithmetic.
     """
-    d_h = data.n if head_dim is None else int(head_dim)
-    d_v = data.d_o if value_dim is None else int(value_dim)
+    data, heads, d_h, d_v = options(data, heads, head_dim, value_dim)
+    seed, tol = integer(seed, "seed", 0), tolerance(tol)
     hyp = hypotheses(data, heads, d_h, d_v)
     q: dict = {"T": data.T, "capacity": capacity(heads, data.n, d_h),
                "parameters": param_count(heads, data.d, d_h, d_v, data.d_o)}
@@ -45,6 +46,8 @@ def check(data: Dataset, heads: int, head_dim: int | None = None, value_dim: int
     try:
         result = build(data, heads, head_dim=d_h, value_dim=d_v, skip=skip, seed=seed, tol=tol, trace=trace)
     except ConstructError as exc:
+        if isinstance(exc, InputError) and exc.what.startswith("request too large"):
+            raise                                   # the machine's limit, not the theorem's
         return Check(STATEMENT, hyp, False, {**q, "construction_error": str(exc)})
     v = result.verification
     q.update(rank_Z=v.rank_Z, max_abs_error=v.max_abs_error, tol=v.tol, result=result)

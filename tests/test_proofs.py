@@ -414,3 +414,22 @@ def test_claim2_does_not_confirm_targets_it_cannot_see():
     assert far.conclusion is None and not far.confirmed and not far.contradicted
     assert "undecided" in str(far)
     assert proofs.claim2.check(*args, 10.0).confirmed
+
+
+def test_bad_options_are_refused_not_reported_as_counterexamples():
+    # A student's trial: tol = NaN, seed = −1 and a size beyond memory came back CONTRADICTED
+    # ("a counterexample, or a bug"), and head_dim = 2.5 was truncated to 2.
+    from construct import synthetic
+    from construct.errors import InputError
+    data = synthetic("independent", T=7, n=3, d=4, seed=0)
+    for call in (lambda: proofs.theorem1.check(data, 3, tol=float("nan")),
+                 lambda: proofs.theorem1.check(data, 3, seed=-1),
+                 lambda: proofs.theorem1.check(data, 10 ** 12),
+                 lambda: proofs.theorem1.check(data, 3, head_dim=2.5),
+                 lambda: proofs.prop1.check(data, 3, seed=-1),
+                 lambda: proofs.prop1.check(data, 3, head_dim=2.5),
+                 lambda: proofs.remark1.check(data, 3, head_dim=2.5),
+                 lambda: proofs.theorem1.check(None, 3)):
+        with pytest.raises(InputError):
+            call()
+    assert proofs.theorem1.check(data, 3).confirmed
