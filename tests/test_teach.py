@@ -392,3 +392,12 @@ def test_rational_inputs_are_shown_exactly():
 def test_teach_rejects_impossible_sizes(capsys):
     assert main(["teach", "--context", "5", "--dim", "3"]) == 2
     assert "n = 5 exceeds token dimension d = 3" in capsys.readouterr().err
+
+
+def test_a1_is_sampled_where_its_exact_rank_is_too_costly_and_the_theorem_names_d_o():
+    # A student's trial: past 20,000 subsets the exact Kruskal rank is None, and teach said
+    # "exact Kruskal rank is None ... — fails" although A1 holds (and the build succeeds).
+    text = teach(heads=6, context=6, dim=8).text()
+    a1 = next(line for line in text.splitlines() if line.strip().startswith("A1:"))
+    assert "None" not in a1 and "holds, by sampling" in a1, a1
+    assert "d_o ≤ d_v and d_o ≤ d" in text                 # Theorem 1's hypotheses on the outputs
