@@ -1028,7 +1028,8 @@ def _readout_step(data: Dataset, result: BuildResult, Z: np.ndarray, ranks: list
              "$B$ is factored into $W_V$, $W_O$, $W_D$: $W_D = [I; 0]$, $W_O$ picks the first $d_o$ value "
              "coordinates.",
              f"Final check with the model's own forward pass: max $|f(E, x) − y|$ = {v.max_abs_error:.3g} "
-             f"(allowed {v.tol:.1g}), $σ_min(Z)$ = {v.sigma_min_Z:.4g}.",
+             f"(allowed {v.tol:.1g}), $σ_min(Z)$ = {v.sigma_min_Z:.4g}. That is one {v.outputs} evaluation, "
+             "with its own rounding; mha-construct certify bounds the exact model's error.",
              f"Ranks after each head: {ranks} against $h(k − 1) + 1$ = "
              f"{[h * (k - 1) + 1 for h in range(1, len(ranks) + 1)]}."]
     return Step(f"{len(result.trace) + 3}. The readout and the final check", "Theorem 1", "proofs.theorem1",
