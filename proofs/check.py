@@ -38,8 +38,10 @@ def traced_head(result, head: int, who: str):
     """Head ``head``'s trace and evidence (heads from 2) of a float64 build made with ``trace=True``.
 
     Raises:
-        ValueError: no trace, high-precision weights, or no such later head.
+        ValueError: no trace, high-precision weights, or no such later head (an ``InputError``
+            where ``head`` is not an integer).
     """
+    head = integer(head, "head")
     if not result.trace:
         raise ValueError(f"{who} needs a build made with trace=True")
     if result.weights.bits is not None:

@@ -71,8 +71,10 @@ def check(E_S: np.ndarray, X_S: np.ndarray, s: np.ndarray, E_A: np.ndarray, X_A:
     hyp = {k: v for k, v in claim1.hypotheses(E_S, X_S, s).items() if k not in ("m ≤ n", "m ≤ d_h")}
     hyp["|S| ≤ n − 1"] = E_S.shape[0] <= n - 1
     hyp.update({k: v for k, v in sep.hypotheses.items() if k not in hyp})
-    hyp["c > 0"] = c > 0
-    if not (hyp["queries linearly independent"] and hyp["targets strictly positive, rows sum to 1"]
+    hyp["c > 0"] = bool(c > 0)
+    if not np.isfinite(c):                           # nothing to evaluate at an infinite or NaN scale
+        hyp["c finite"] = False
+    if not (hyp.get("c finite", True) and hyp["queries linearly independent"] and hyp["targets strictly positive, rows sum to 1"]
             and hyp["contexts have full row rank (A2)"]) or sep.conclusion is None:
         return Check(STATEMENT, hyp, None, {})
     K, Q = claim1_factors(E_S, X_S, s)

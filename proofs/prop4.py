@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from construct.assumptions import a2_violations, kruskal_check
-from construct.data import Dataset, as_dataset
+from construct.data import Dataset, as_dataset, checked
+from construct.limits import integer
 from construct.model import Weights, forward
 
 from .check import Check
@@ -42,6 +43,7 @@ def check(data: Dataset, *, trials: int = 5000, seed: int = 0, layer=apply_layer
     Kruskal ranks are exact for small sets and sampled otherwise (:func:`kruskal_check`).
     ``layer``: the map checked (by default the proof's layer, run by the model itself).
     """
+    data, trials, seed = checked(data), integer(trials, "trials"), integer(seed, "seed", 0)
     n, d = data.n, data.d
     a3 = kruskal_check(data.X + data.E.mean(axis=1), n, "x + mean_i e_i", trials, seed)
     out = layer(data)

@@ -433,3 +433,23 @@ def test_bad_options_are_refused_not_reported_as_counterexamples():
         with pytest.raises(InputError):
             call()
     assert proofs.theorem1.check(data, 3).confirmed
+
+
+def test_odd_arguments_to_the_checks_are_refused_or_fail_a_hypothesis():
+    # A student's trial: raw NumPy errors ("need at least one array to stack", "SVD did not
+    # converge") and TypeErrors instead of an answer.
+    from construct import build, synthetic
+    from construct.errors import InputError
+    data = synthetic("independent", T=7, n=3, d=4, seed=0)
+    for trials in (0, -5, 2.5):
+        with pytest.raises(InputError, match="trials"):
+            proofs.prop4.check(data, trials=trials)
+    args = (data.E[3:5], data.X[3:5], np.full((2, 3), 1 / 3), data.E[:3], data.X[:3])
+    for c in (float("nan"), float("inf")):
+        r = proofs.claim2.check(*args, c)
+        assert not r.applies and not r.contradicted, str(r)
+    result = build(data, 3, trace=True, precision="float64")
+    assert proofs.claim2.check_head(result, np.int64(2)).confirmed
+    for head in ("2", 2.5):
+        with pytest.raises(InputError, match="head"):
+            proofs.claim2.check_head(result, head)
