@@ -849,18 +849,22 @@ def singular_value_figure(s: np.ndarray) -> str:
 
 def repeated_queries(heads: int = 3, context: int = 3, dim: int = 4, *, seed: int = 0) -> Dataset:
     """A dataset at capacity whose queries repeat (the query is the context's last token, drawn
-    from a vocabulary of ``context + 1`` tokens), so A1 fails, while the queries shifted by their
-    contexts' means are independent (A3): the case of Proposition 4. Draws are repeated (seed,
-    seed+1, …) until A1 fails and A3 holds."""
+    from a small vocabulary: ``context + 1`` tokens, one more every ten draws), so A1 fails, while
+    the queries shifted by their contexts' means are independent (A3): the case of Proposition 4.
+    Draws are repeated (seed, seed+1, …) until the queries repeat and A3 holds (exactly, or by
+    sampling where the exact Kruskal rank is too costly)."""
     from .datasets import tokens
     T = capacity(heads, context, context)
     for attempt in range(100):
-        data = tokens(T, n=context, d=dim, vocabulary=context + 1, classes=min(2, dim), seed=seed + attempt)
+        data = tokens(T, n=context, d=dim, vocabulary=context + 1 + attempt // 10, classes=min(2, dim),
+                      seed=seed + attempt)
         shifted = mean_shift(data.E, data.X)[1]                # the queries the second layer reads
-        if (kruskal_rank(data.X) or 0) < min(context, T) <= (kruskal_rank(shifted) or 0):
+        repeats = np.unique(data.X, axis=0).shape[0] < T
+        if repeats and kruskal_check(shifted, min(context, T), "x + mean_i e_i", seed=seed).holds:
             return data
-    raise InputError(["no token dataset with repeated queries meeting A3 found in 100 draws; change the seed "
-                      "or the sizes"], what="teach")
+    raise InputError([f"no token dataset with repeated queries meeting A3 found in 100 draws (T = {T}, n = "
+                      f"{context}, d = {dim}); a larger dimension d, or a smaller context, leaves the shifted "
+                      "queries more room"], what="teach")
 
 
 def teach(heads: int = 3, context: int = 3, dim: int = 4, *, seed: int = 0, shared: bool = False,

@@ -401,3 +401,12 @@ def test_a1_is_sampled_where_its_exact_rank_is_too_costly_and_the_theorem_names_
     a1 = next(line for line in text.splitlines() if line.strip().startswith("A1:"))
     assert "None" not in a1 and "holds, by sampling" in a1, a1
     assert "d_o ≤ d_v and d_o ≤ d" in text                 # Theorem 1's hypotheses on the outputs
+
+
+@pytest.mark.parametrize("sizes", [dict(heads=3, context=4, dim=5), dict(heads=8, context=3, dim=4),
+                                   dict(heads=6, context=6, dim=8)])
+def test_the_pre_layer_walkthrough_runs_beyond_the_default_sizes(sizes):
+    # A student's trial: these sizes found no dataset ("change the seed or the sizes"): the
+    # vocabulary had context + 1 tokens, and A3 needed an exact Kruskal rank.
+    w = teach(prelayer=True, **sizes)
+    assert w.result.verification.passed and w.result.weights.prelayer == "mean-shift"
