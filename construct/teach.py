@@ -389,7 +389,7 @@ def _theorem(result: BuildResult) -> dict:
                           "f(E, x) = W_D^T W_O^T [W_V[1]^T z_1; …; W_V[H]^T z_H]"],
         "plan": _PLAN,
         "run": f"This run: $H$ = {H}, $n$ = {data.n}, $d$ = {d}, $d_h$ = {d_h}, $d_v$ = {d_v}, so $k$ = {result.k} "
-               f"and $T$ = {result.capacity} examples; the layer has {param_count(H, d, d_h, d_v, d_o)} parameters."
+               f"and $T$ = {result.capacity} example{'s' if result.capacity != 1 else ''}; the layer has {param_count(H, d, d_h, d_v, d_o)} parameters."
                + (" Its queries repeat, so A1 fails; Proposition 4's pre-layer (step 1b) restores it."
                   if W.prelayer else ""),
         "source": f"{PAPER} (arXiv:2306.02010); the proof is written out in the project's docs/math.md "
@@ -934,7 +934,7 @@ def _assumptions_step(data: Dataset, result: BuildResult, exact) -> Step:
         a1 = (f"A1: the queries' Kruskal rank is too costly to compute exactly here; of the sampled sets of "
               f"$n$ = {data.n} queries, {c.sampled_fraction:.1%} are independent — "
               + ("holds, by sampling." if c.holds else "fails."))
-    lines = [f"$T$ = {data.T} examples, context size $n$ = {data.n}, token dimension $d$ = {data.d}, "
+    lines = [f"$T$ = {data.T} example{'s' if data.T != 1 else ''}, context size $n$ = {data.n}, token dimension $d$ = {data.d}, "
              f"$H$ = {result.weights.H} heads, $k = min(n, d_h)$ = {result.k}: capacity $H(k − 1) + 1$ = "
              f"{result.capacity}.",
              a1,
@@ -1020,7 +1020,7 @@ def _later_head_step(h: int, data: Dataset, result: BuildResult, ranks: list[int
     matrices = {"a": tr.a, "b": tr.b, "C": tr.C, "F": tr.F, "$s$ (new targets)": tr.targets, "M": tr.M}
     if exact:
         matrices["basis of $span(X_S)^⊥$, exactly"] = reduce(lambda A, B: A.row_join(B), exact(X_S).nullspace())
-    return Step(f"{h + 3}. Head {h + 1}: fit {len(S)} new examples, freeze the earlier ones "
+    return Step(f"{h + 3}. Head {h + 1}: fit {len(S)} new example{'s' if len(S) != 1 else ''}, freeze the earlier ones "
                 "(Lemma 3, Claim 2, Lemma 4)", "Lemmas 3–5, Claim 2", "proofs.claim2 (check_head), "
                 "proofs.prop1 (check_step)", lines, matrices, [figure], docs="§3, §4.4 (§4.4.1–§4.4.5)")
 
