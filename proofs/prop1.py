@@ -18,7 +18,7 @@ from construct.model import feature_matrix
 from construct.limits import integer
 from construct.partition import partition
 
-from .check import Check, features_rank, layer_data, options, traced_head
+from .check import Check, features_rank, layer_data, machine_limit, options, traced_head
 
 STATEMENT = "Proposition 1"
 
@@ -57,8 +57,8 @@ def check(data: Dataset, heads: int, head_dim: int | None = None, *, seed: int =
         sub = as_dataset(data.E[:fitted], data.X[:fitted], data.Y[:fitted])
         weights = build(sub, heads, head_dim=d_h, seed=seed).weights
     except ConstructError as exc:
-        if isinstance(exc, InputError) and exc.what.startswith("request too large"):
-            raise                                   # the machine's limit, not the proposition's
+        if machine_limit(exc):
+            raise
         return Check(STATEMENT, hyp, False, {**q, "construction_error": str(exc)})
     _, rank_Z, s = features_rank(data, weights)
     q.update(rank_Z=rank_Z, sigma_min_Z=float(s[min(bound, s.size) - 1]), weights=weights)
