@@ -95,6 +95,38 @@ def options(data, heads, head_dim=None, value_dim=None) -> tuple:
             data.d_o if value_dim is None else integer(value_dim, "value_dim"))
 
 
+def arrays(**named) -> tuple[np.ndarray, ...]:
+    """The arrays a check is given, as float64: ``name=(value, "T n d")`` names each axis, and an
+    axis named twice must have one size (empty axes are allowed: no examples of a kind).
+
+    Raises:
+        InputError: a value that is not an array of finite real numbers, with the wrong number of
+            axes, or whose sizes disagree with another's; every problem named by its argument.
+    """
+    problems, out, sizes = [], [], {}
+    for name, (value, axes) in named.items():
+        letters = axes.split()
+        try:
+            a = np.asarray(value, dtype=float)
+        except (TypeError, ValueError):
+            problems.append(f"{name}: not an array of real numbers")
+            out.append(None)
+            continue
+        out.append(a)
+        if a.ndim != len(letters):
+            problems.append(f"{name}: expected shape ({', '.join(letters)}), got {a.shape}")
+            continue
+        if not np.all(np.isfinite(a)):
+            problems.append(f"{name}: non-finite values (NaN or inf)")
+        for letter, size in zip(letters, a.shape):
+            seen = sizes.setdefault(letter, (size, name))
+            if seen[0] != size:
+                problems.append(f"{name}: {letter} = {size}, but {seen[1]} has {letter} = {seen[0]}")
+    if problems:
+        raise InputError(problems, what="invalid arrays")
+    return tuple(out)
+
+
 def machine_limit(exc: Exception) -> bool:
     """Whether a build's error is this machine's limit (a request beyond its memory): a check
     passes it on rather than reporting the statement as contradicted."""

@@ -13,7 +13,7 @@ from construct.claim1 import claim1_factors
 from construct.arith import numerical_rank
 from construct.model import head_attention
 
-from .check import EXACT_TOL, Check, factored_rank, logit_rounding
+from .check import EXACT_TOL, Check, arrays, factored_rank, logit_rounding
 
 STATEMENT = "Claim 1"
 
@@ -38,7 +38,7 @@ def check(E_S: np.ndarray, X_S: np.ndarray, s: np.ndarray, d_h: int | None = Non
         A :class:`Check` with the factors ``W_K``, ``W_Q`` (d, m), the largest target error and
         ``rank W_S``.
     """
-    E_S, X_S, s = (np.asarray(v, dtype=float) for v in (E_S, X_S, s))
+    E_S, X_S, s = arrays(E_S=(E_S, "m n d"), X_S=(X_S, "m d"), s=(s, "m n"))
     hyp = hypotheses(E_S, X_S, s, d_h)
     if not (hyp["queries linearly independent"] and hyp["contexts have full row rank (A2)"]
             and hyp["targets strictly positive, rows sum to 1"]):

@@ -17,7 +17,7 @@ from construct.model import head_attention
 from construct.saturation import one_hot_distance
 
 from . import claim1, lemma3, lemma4
-from .check import EXACT_TOL, Check, factored_rank, layer_data, logit_rounding, traced_head
+from .check import EXACT_TOL, Check, arrays, factored_rank, layer_data, logit_rounding, traced_head
 
 STATEMENT = "Claim 2"
 
@@ -65,7 +65,8 @@ def check(E_S: np.ndarray, X_S: np.ndarray, s: np.ndarray, E_A: np.ndarray, X_A:
     The separator is drawn by the engine's Lemma 3 with ``seed``; the saturation part holds for
     every ``c > 0``, with a bound that shrinks as ``c`` grows.
     """
-    E_S, X_S, s, E_A, X_A = (np.asarray(v, dtype=float) for v in (E_S, X_S, s, E_A, X_A))
+    E_S, X_S, s, E_A, X_A = arrays(E_S=(E_S, "m n d"), X_S=(X_S, "m d"), s=(s, "m n"), E_A=(E_A, "p n d"),
+                                   X_A=(X_A, "p d"))
     n = E_S.shape[1]
     sep = lemma3.check(X_S, E_A, X_A, seed=seed)
     hyp = {k: v for k, v in claim1.hypotheses(E_S, X_S, s).items() if k not in ("m ≤ n", "m ≤ d_h")}

@@ -6,7 +6,7 @@ import numpy as np
 
 from construct.arith import numerical_rank, rank_tol
 
-from .check import Check
+from .check import Check, arrays
 
 STATEMENT = "Lemma 1"
 
@@ -21,7 +21,8 @@ def check(A: np.ndarray, B: np.ndarray, C: np.ndarray) -> Check:
         (``[[1, 1e10], [0, 1]]``) has a float64 rank below its exact one: the check reports
         what float64 sees there.
     """
-    A, B, C = (np.atleast_2d(np.asarray(v, dtype=float)) for v in (A, B, C))
+    # Each block's own axes (p, q, …): blocks that do not conform fail a hypothesis, not the input.
+    A, B, C = arrays(A=(np.atleast_2d(A), "p q"), B=(np.atleast_2d(B), "p2 r"), C=(np.atleast_2d(C), "s r2"))
     conform = A.shape[0] == B.shape[0] and B.shape[1] == C.shape[1]
     q = {"shape_A": A.shape, "shape_B": B.shape, "shape_C": C.shape}
     if not conform:

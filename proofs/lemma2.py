@@ -9,8 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from construct.arith import numerical_rank, rank_tol
+from construct.errors import InputError
 
-from .check import Check
+from .check import Check, arrays
 
 STATEMENT = "Lemma 2"
 
@@ -23,7 +24,9 @@ def shifted(V: np.ndarray, alpha: float = 1.0) -> np.ndarray:
 
 def check(V: np.ndarray, alpha: float = 1.0) -> Check:
     """Lemma 2 for the rows of ``V`` (n, d) and the weight ``alpha``."""
-    V = np.atleast_2d(np.asarray(V, dtype=float))
+    (V,) = arrays(V=(np.atleast_2d(V), "n d"))
+    if V.size == 0:
+        raise InputError(f"V: no rows to check, shape {V.shape}", what="invalid arrays")
     n = V.shape[0]
     rank_V, s_V = numerical_rank(V)
     W = shifted(V, alpha)

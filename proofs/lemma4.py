@@ -14,7 +14,7 @@ from construct.arith import EPS
 from construct.saturation import one_hot_distance, saturation_bound
 from construct.separator import top_gap
 
-from .check import Check
+from .check import Check, arrays
 
 STATEMENT = "Lemma 4"
 
@@ -29,7 +29,7 @@ def check(E: np.ndarray, X: np.ndarray, W: np.ndarray, W_prime: np.ndarray, c: f
     Returns:
         A :class:`Check` with, per example, ``distance``, ``bound``, ``j_star`` and ``delta``.
     """
-    E, X = np.asarray(E, dtype=float), np.asarray(X, dtype=float)
+    E, X, W, W_prime = arrays(E=(E, "T n d"), X=(X, "T d"), W=(W, "d d"), W_prime=(W_prime, "d d"))
     n = E.shape[1]
     ell = np.einsum("tnd,td->tn", E, X @ np.asarray(W, dtype=float).T)
     g = np.einsum("tnd,td->tn", E, X @ np.asarray(W_prime, dtype=float).T)

@@ -6,6 +6,8 @@ that it names the hypothesis a generated violation breaks. Tests of the engine's
 weights already give rank Z = T, so end-to-end rank tests alone cannot.
 """
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import assume, example, given, settings, strategies as st
@@ -453,3 +455,22 @@ def test_odd_arguments_to_the_checks_are_refused_or_fail_a_hypothesis():
     for head in ("2", 2.5):
         with pytest.raises(InputError, match="head"):
             proofs.claim2.check_head(result, head)
+
+
+def test_the_lemma_checks_name_a_wrong_argument():
+    # A student's trial: broadcast and matmul ValueErrors, an IndexError, "could not convert string".
+    from construct import synthetic
+    from construct.errors import InputError
+    data = synthetic("independent", T=7, n=3, d=4, seed=0)
+    E, X, W, Wp = proofs.lemma4.extremal(3, 4, 1.0, 0.5)
+    cases = [(lambda: proofs.lemma3.check(data.X[3:5], data.E[:3], data.X[:2]), "X_A: p = 2, but E_A has p = 3"),
+             (lambda: proofs.lemma4.check(E, X, np.eye(3), Wp, 1.0), "W: d = 3"),
+             (lambda: proofs.lemma2.check(np.zeros((0, 3))), "V: no rows"),
+             (lambda: proofs.lemma1.check("a", "b", "c"), "A: not an array of real numbers"),
+             (lambda: proofs.claim1.check(data.E[:2], data.X[:3], np.full((2, 3), 1 / 3)), "X_S: m = 3"),
+             (lambda: proofs.claim2.check(data.E[3:5], data.X[3:5], np.full((2, 3), 1 / 3), data.E[:3],
+                                          data.X[:3, :2], 1.0), "X_A: d = 2")]
+    for call, message in cases:
+        with pytest.raises(InputError, match=re.escape(message)):
+            call()
+    assert proofs.lemma1.check([[1.0]], [[2.0]], [[1]]).confirmed          # lists still do
