@@ -34,6 +34,7 @@ from .assumptions import a2_violations, kruskal_check, kruskal_rank
 from .build import BuildResult, build, capacity
 from .data import Dataset, as_dataset, synthetic
 from .errors import InputError
+from .limits import integer
 from .arith import numerical_rank
 from .model import feature_matrix, head_attention, mean_shift, param_count
 
@@ -867,6 +868,11 @@ def repeated_queries(heads: int = 3, context: int = 3, dim: int = 4, *, seed: in
                       "queries more room"], what="teach")
 
 
+# teach narrates every head and measures the rank after each: a walkthrough, not a build.
+MAX_HEADS = 64
+MAX_EXAMPLES = 2000
+
+
 def teach(heads: int = 3, context: int = 3, dim: int = 4, *, seed: int = 0, shared: bool = False,
           rational: bool = False, prelayer: bool = False) -> Walkthrough:
     """Run the construction on a tiny dataset and narrate every step with the engine's numbers.
@@ -880,15 +886,22 @@ def teach(heads: int = 3, context: int = 3, dim: int = 4, *, seed: int = 0, shar
             through Proposition 4's pre-layer, which the walkthrough shows first.
 
     Raises:
-        InputError: sizes the construction cannot take (``n > d``, …).
+        InputError: sizes the construction cannot take (``n > d``, …), or more than
+            :data:`MAX_HEADS` heads or :data:`MAX_EXAMPLES` examples.
     """
+    heads, context, dim = integer(heads, "heads"), integer(context, "context"), integer(dim, "dim")
+    if heads > MAX_HEADS or capacity(heads, context, context) > MAX_EXAMPLES:
+        raise InputError(f"teach walks through every head of a small problem: at most {MAX_HEADS} heads and "
+                         f"{MAX_EXAMPLES} examples (here H = {heads}, T = {capacity(heads, context, context)}); "
+                         "`mha-construct build` takes any size", what="invalid option")
     if prelayer and (shared or rational):
         raise InputError("the pre-layer walkthrough draws token sequences: it takes neither shared nor "
                          "rational", what="invalid option")
     data = (repeated_queries(heads, context, dim, seed=seed) if prelayer else
             tiny_dataset(heads, context, dim, seed=seed, shared=shared, rational=rational))
-    # The saturating scale rule: every later head visibly freezes the earlier examples, as in the
-    # proof (the default rule keeps only what the rank needs, often without saturation).
+    # The saturating scale rule: the proof's Weyl argument with the perturbation measured, so each
+    # head's scale is where saturation keeps the rank step (the default rule tests the rank itself,
+    # and often needs no saturation at all).
     result = build(data, heads, seed=seed, trace=True, precision="float64", scale="saturating",
                    prelayer="mean-shift" if prelayer else "none")
     T, d, k = data.T, data.d, result.k

@@ -410,3 +410,12 @@ def test_the_pre_layer_walkthrough_runs_beyond_the_default_sizes(sizes):
     # vocabulary had context + 1 tokens, and A3 needed an exact Kruskal rank.
     w = teach(prelayer=True, **sizes)
     assert w.result.verification.passed and w.result.weights.prelayer == "mean-shift"
+
+
+def test_a_walkthrough_too_large_to_read_is_refused_at_once(capsys):
+    # A student's trial: --heads 2000 ran past five minutes, silent (a rank per head on a growing Z).
+    import time
+    start = time.perf_counter()
+    assert main(["teach", "--heads", "2000", "--context", "2", "--dim", "2"]) == 2
+    assert "at most 64 heads" in capsys.readouterr().err and time.perf_counter() - start < 5
+    assert main(["teach", "--heads", "64", "--context", "2", "--dim", "2", "--format", "text"]) == 0
