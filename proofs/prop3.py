@@ -17,8 +17,9 @@ import numpy as np
 from construct.assumptions import a2_violations
 from construct.data import Dataset, as_dataset
 from construct.arith import EPS, numerical_rank
+from construct.errors import InputError
 
-from .check import Check
+from .check import Check, arrays
 
 STATEMENT = "Proposition 3"
 
@@ -47,6 +48,10 @@ def check(data: Dataset, W1: np.ndarray, b1: np.ndarray, w2: np.ndarray, b2: flo
         A :class:`Check` with the Jacobian's rank, the collapsed count ``m(d+2)+1`` and ``T``.
     """
     T, n, d = data.E.shape
+    W1, b1, w2 = arrays(W1=(W1, "m k"), b1=(b1, "m"), w2=(w2, "m"))
+    if W1.shape[1] != n * d + d:
+        raise InputError(f"W1: expected {n * d + d} columns (the network's input [vec(E); x] has n·d + d = "
+                         f"{n * d + d} entries), got {W1.shape[1]}", what="invalid arrays")
     m = W1.shape[0]
     U = relu_inputs(data)
     pre = U @ W1.T + b1

@@ -474,3 +474,7 @@ def test_the_lemma_checks_name_a_wrong_argument():
         with pytest.raises(InputError, match=re.escape(message)):
             call()
     assert proofs.lemma1.check([[1.0]], [[2.0]], [[1]]).confirmed          # lists still do
+    with pytest.raises(InputError, match="W1: expected 16 columns"):
+        proofs.prop3.check(data, np.ones((5, 7)), np.ones(5), np.ones(5), 0.0)
+    with pytest.raises(InputError, match="b1: m = 4, but W1 has m = 5"):
+        proofs.prop3.check(data, np.ones((5, 16)), np.ones(4), np.ones(5), 0.0)
