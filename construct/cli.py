@@ -264,7 +264,8 @@ def _cmd_teach(args) -> int:
     elif args.format == "markdown":
         payload = walk.markdown(figures if out is not None else None)
     else:
-        payload = walk.text(color=out is None and sys.stdout.isatty())
+        # Styled only on a terminal, and not where NO_COLOR is set to anything (no-color.org).
+        payload = walk.text(color=out is None and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
     if out is None:
         print(payload, end="")
         return 0
@@ -473,7 +474,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--prelayer", action="store_true",
                    help="queries that repeat (A1 fails, A3 holds), built through Proposition 4's pre-layer")
     t.add_argument("--format", choices=("text", "markdown", "html"), default="text",
-                   help="plain (coloured on a terminal) text, Markdown, or one self-contained HTML page")
+                   help="plain (styled on a terminal unless NO_COLOR is set) text, Markdown, or one "
+                        "self-contained HTML page")
     t.add_argument("--out", type=_path, help="write teach.txt / teach.md / teach.html into this folder (markdown: "
                    "with its figures as teach-figure-N.svg beside it; without --out it has no figures)")
     t.set_defaults(run=_cmd_teach)

@@ -2,6 +2,7 @@
 formulas, readable self-contained SVG figures, the step-by-step view, and Markdown with its figures."""
 
 import re
+import sys
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 
@@ -121,6 +122,20 @@ def test_cli_outputs_never_mention_math_md(tmp_path, capsys):
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert NOTES not in path.read_text()
+
+
+@pytest.mark.parametrize("no_color, styled", [(None, True), ("1", False), ("", True)])
+def test_text_on_a_terminal_is_styled_unless_no_color_is_set(capsys, monkeypatch, no_color, styled):
+    # NO_COLOR (no-color.org): present and not empty turns styling off, whatever its value.
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    if no_color is None:
+        monkeypatch.delenv("NO_COLOR", raising=False)
+    else:
+        monkeypatch.setenv("NO_COLOR", no_color)
+    assert main(["teach", "--format", "text"]) == 0
+    out = capsys.readouterr().out
+    assert ("\033[" in out) == styled
+    assert re.sub(r"\033\[[0-9]+m", "", out) == teach().text()
 
 
 # --- the theorem first ---------------------------------------------------------------------------
