@@ -228,7 +228,10 @@ class OutputFolder:
             for old in leftovers:
                 shutil.rmtree(old, ignore_errors=True)
             if folder.is_dir() and not self.force:
-                foreign = sorted(set(os.listdir(folder)) - self.names)
+                # The command's names are files: a folder under one of them is the user's.
+                with os.scandir(folder) as entries:
+                    foreign = sorted(e.name for e in entries
+                                     if e.name not in self.names or e.is_dir(follow_symlinks=False))
                 if foreign:
                     shown = ", ".join(foreign[:10]) + (f", … ({len(foreign)} in all)" if len(foreign) > 10 else "")
                     raise InputError(f"{str(folder)!r} holds files this command does not write ({shown}); "

@@ -332,3 +332,17 @@ def test_a_rebuild_replaces_the_run_folder_with_its_certificate(tmp_path, capsys
     (run_dir / "notes.txt").write_text("mine")
     code, _, err = run(["build", data, "--out", run_dir], capsys)
     assert code == 2 and "notes.txt" in err                            # other files are still the user's
+
+
+@pytest.mark.parametrize("name", ["certificate.json", "weights.npz"])
+def test_a_folder_under_one_of_builds_names_is_the_users(tmp_path, capsys, good, name):
+    # build's own names are files; a folder so named (with the user's files in it) is not
+    # build's to remove: refused as any other foreign entry, unless --force.
+    data, run_dir = write(tmp_path / "d.npz", **good), tmp_path / "run"
+    assert run(["build", data, "--out", run_dir, "--quiet"], capsys)[0] == 0
+    (run_dir / name).unlink(missing_ok=True)
+    (run_dir / name).mkdir()
+    (run_dir / name / "notes.txt").write_text("mine")
+    code, _, err = run(["build", data, "--out", run_dir], capsys)
+    assert code == 2 and name in err and "--force" in err
+    assert (run_dir / name / "notes.txt").read_text() == "mine"
