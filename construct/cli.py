@@ -299,13 +299,18 @@ def _cmd_capacity(args) -> int:
     from .io import write_atomic
     from .sweeps import PLOT_SUFFIXES, plot, sweep, to_csv, to_json
 
+    # Every file the command will write, as it will name them: with several kinds, a plot per kind.
+    plots = [(path, kind, path if len(args.kind) == 1 else path.with_name(f"{path.stem}-{kind}{path.suffix}"))
+             for path in args.plot or [] for kind in args.kind]
     written = [(flag, p) for flag, p in (("--csv", args.csv), ("--json", args.json),
-                                         *(("--plot", p) for p in args.plot or [])) if p is not None]
+                                         *(("--plot", target) for _, _, target in plots)) if p is not None]
     for i, (flag, path) in enumerate(written):
         twin = next((f for f, q in written[:i] if os.path.realpath(q) == os.path.realpath(path)), None)
         if twin is not None:
             raise InputError(f"{str(path)!r} is given to {twin} and {flag}: each output needs its own file",
                              what="invalid arguments")
+        if os.path.isdir(path):
+            raise InputError(f"{flag} {str(path)!r} is a folder: name a file", what="invalid arguments")
     odd = [str(p) for p in args.plot or [] if p.suffix.lower() not in PLOT_SUFFIXES]
     if odd:                                                               # before the sweep, not after
         raise InputError(f"--plot {', '.join(odd)}: a plot is written as .svg or .png", what="invalid option")
@@ -331,11 +336,9 @@ def _cmd_capacity(args) -> int:
     if args.json:
         write_atomic(args.json, to_json(rows).encode())
         print(f"wrote        {args.json}")
-    for path in args.plot or []:
-        for kind in args.kind:
-            target = path if len(args.kind) == 1 else path.with_name(f"{path.stem}-{kind}{path.suffix}")
-            plot([r for r in rows if r["kind"] == kind], args.vary, target)
-            print(f"wrote        {target}")
+    for _, kind, target in plots:
+        plot([r for r in rows if r["kind"] == kind], args.vary, target)
+        print(f"wrote        {target}")
     return 0
 
 

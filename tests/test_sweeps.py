@@ -91,6 +91,28 @@ def test_two_outputs_on_one_file_are_refused_before_the_sweep(tmp_path, capsys, 
     assert code == 2 and "given to --csv and --json" in err and not (tmp_path / "t").exists()
 
 
+def test_a_plot_per_kind_may_not_land_on_another_output(tmp_path, capsys, monkeypatch):
+    # With two kinds, --plot n.svg writes n-independent.svg and n-shared.svg: a review found the
+    # JSON given as n-shared.svg replaced by the plot, "wrote n-shared.svg" printed twice.
+    import construct.sweeps as sweeps
+    monkeypatch.setattr(sweeps, "sweep", lambda *a, **k: pytest.fail("the sweep ran"))
+    code = main(["capacity", "--vary", "H", "--values", "1", "--kind", "independent", "shared",
+                 "--json", str(tmp_path / "n-shared.svg"), "--plot", str(tmp_path / "n.svg")])
+    err = capsys.readouterr().err
+    assert code == 2 and "n-shared.svg" in err and "--json" in err and "--plot" in err
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("flag", ["--csv", "--json", "--plot"])
+def test_an_output_that_is_a_folder_is_refused_before_the_sweep(tmp_path, capsys, monkeypatch, flag):
+    import construct.sweeps as sweeps
+    monkeypatch.setattr(sweeps, "sweep", lambda *a, **k: pytest.fail("the sweep ran"))
+    (tmp_path / "out.svg").mkdir()
+    code = main(["capacity", "--vary", "H", "--values", "1", flag, str(tmp_path / "out.svg")])
+    err = capsys.readouterr().err
+    assert code == 2 and "out.svg" in err and flag in err and "folder" in err
+
+
 def test_a_value_out_of_range_is_refused_before_the_first_point(tmp_path, capsys, monkeypatch):
     # A user's trial: n = 4 was computed, then n = 100 failed naming E and the data.
     import construct.sweeps as sweeps
