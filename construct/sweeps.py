@@ -72,7 +72,7 @@ def sweep(vary: str, values, *, kind: str = "independent", H: int = 4, n: int = 
     for v in values:                                 # every point checked before the first runs
         p = {"H": integer(H, "H"), "n": integer(n, "n"), "d_h": d_h}
         p[vary] = integer(v, f"values: {vary}")
-        p["d_h"] = integer(p["d_h"] or p["n"], "d_h")
+        p["d_h"] = integer(p["n"] if p["d_h"] is None else p["d_h"], "d_h")
         points.append(p)
     wide = sorted({p["n"] for p in points if p["n"] > d})
     if wide:

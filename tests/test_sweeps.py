@@ -133,3 +133,8 @@ def test_a_plot_is_the_same_bytes_every_time(rows, tmp_path):
         plot(shared, "H", tmp_path / f"a{suffix}")
         plot(shared, "H", tmp_path / f"b{suffix}")
         assert (tmp_path / f"a{suffix}").read_bytes() == (tmp_path / f"b{suffix}").read_bytes(), suffix
+
+
+def test_a_zero_head_dimension_is_refused_not_read_as_the_default():
+    with pytest.raises(InputError, match="d_h"):
+        sweep("H", [1], n=3, d=6, d_h=0)
