@@ -106,7 +106,9 @@ def _clearly_full_rank(E: np.ndarray) -> np.ndarray:
 class KruskalCheck:
     """One Kruskal-rank assumption: the required rank, the sampled test and, if small, the exact
     rank; ``exact_holds``: whether every ``required``-subset is independent, where all of them
-    were checked (else None; it is known without the exact rank when fewer subsets suffice)."""
+    were checked (else None; it is known without the exact rank when fewer subsets suffice);
+    ``rank``: with fewer vectors than ``required`` (the assumption cannot hold), their rank, for
+    what the build needs of them then: all of them independent (else None)."""
 
     vectors: str
     required: int
@@ -115,6 +117,7 @@ class KruskalCheck:
     exact_rank: int | None
     holds: bool
     exact_holds: bool | None = None
+    rank: int | None = None
 
 
 def kruskal_check(V: np.ndarray, required: int, vectors: str, trials: int = SAMPLED_TRIALS, seed: int = 0,
@@ -125,8 +128,10 @@ def kruskal_check(V: np.ndarray, required: int, vectors: str, trials: int = SAMP
     sampled_holds = frac >= SAMPLED_THRESHOLD
     exact_holds = exact >= required if exact is not None else _every_subset_independent(V, required, budget)
     holds = exact_holds if exact_holds is not None else sampled_holds
+    few = int(numerical_rank(V)[0]) if V.shape[0] < required else None
     return KruskalCheck(vectors=vectors, required=required, sampled_fraction=frac,
-                        sampled_holds=sampled_holds, exact_rank=exact, holds=holds, exact_holds=exact_holds)
+                        sampled_holds=sampled_holds, exact_rank=exact, holds=holds, exact_holds=exact_holds,
+                        rank=few)
 
 
 def _every_subset_independent(V: np.ndarray, size: int, budget: int) -> bool | None:
@@ -155,6 +160,13 @@ class AssumptionReport:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def passed(self) -> bool:
+        """A2, and A1; with fewer than ``n`` examples, where A1 cannot hold, what the build needs
+        of the queries in its place: all ``T`` of them independent."""
+        a1 = self.a1.holds if self.a1.rank is None else self.a1.rank == self.T
+        return bool(a1 and self.a2)
 
 
 def check_assumptions(data: Dataset, trials: int = SAMPLED_TRIALS, seed: int = 0,
@@ -191,10 +203,11 @@ def assumptions_text(rep: AssumptionReport) -> str:
                  f"exact: every {k.required}-subset {'independent' if k.exact_holds else 'checked, not all independent'}"
                  if k.exact_holds is not None else "exact rank: too many subsets")
         verdict = "holds" if k.holds else "FAILS"
-        if rep.T < k.required:                  # no subset of that size to sample
-            return (f"{name:<17} {verdict:<6} Kruskal rank of {k.vectors} ≥ {k.required}: there are only "
-                    f"{rep.T} (T < {k.required}); the build does not need it then: it tests the condition "
-                    "it uses (docs/math.md §4.2)")
+        if k.rank is not None:                  # no subset of that size to sample
+            they = "they are independent" if k.rank == rep.T else "they are not independent"
+            return (f"{name:<17} {'n/a':<6} Kruskal rank of {k.vectors} ≥ {k.required}: there are only "
+                    f"{rep.T} (T < {k.required}); the build needs them all independent then (docs/math.md "
+                    f"§4.2): {they} (rank {k.rank})")
         return (f"{name:<17} {verdict:<6} Kruskal rank of {k.vectors} ≥ {k.required}: "
                 f"{k.sampled_fraction:.1%} of sampled subsets independent; {exact}")
     a2 = ("holds  " if rep.a2 else "FAILS  ") + (

@@ -91,12 +91,22 @@ def test_with_the_pre_layer_an_a3_failure_names_the_shifted_queries_and_no_pre_l
 def test_assumptions_with_fewer_queries_than_n_says_so_and_lines_up(tmp_path, capsys):
     # A user's trial: with T < n the report gave "0.0% of sampled subsets independent" (there
     # are none), although the build works; and A2's verdict sat one column off the others.
+    # A review then found it exiting 1 on data that builds (`assumptions && build` refused it):
+    # with T < n the build needs the T queries independent, and that decides the exit code.
     data = _token_sequences(T=3, n=4, d=6)
     np.savez(tmp_path / "d.npz", E=data.E, X=data.X, Y=data.Y)
-    assert main(["assumptions", str(tmp_path / "d.npz")]) == 1          # A1 cannot hold: 3 < 4 queries
+    assert main(["assumptions", str(tmp_path / "d.npz")]) == 0
     out = capsys.readouterr().out
     a1 = next(line for line in out.splitlines() if line.startswith("A1 "))
-    assert "only 3" in a1 and "sampled" not in a1
+    assert "only 3" in a1 and "sampled" not in a1 and "independent (rank 3)" in a1
     verdicts = [line[18:25] for line in out.splitlines()[1:]]
-    assert all(v in ("holds  ", "FAILS  ") for v in verdicts), out
+    assert all(v in ("holds  ", "FAILS  ", "n/a    ") for v in verdicts), out
     assert build(data, 1).verification.passed
+    X = data.X.copy()
+    X[2] = X[0]                                                         # two equal queries of three
+    np.savez(tmp_path / "twin.npz", E=data.E, X=X, Y=data.Y)
+    assert main(["assumptions", str(tmp_path / "twin.npz")]) == 1
+    a1 = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("A1 "))
+    assert "not independent (rank 2)" in a1
+    with pytest.raises(InputError):
+        build(as_dataset(data.E, X, data.Y), 1)
