@@ -106,10 +106,16 @@ def arrays(**named) -> tuple[np.ndarray, ...]:
     problems, out, sizes = [], [], {}
     for name, (value, axes) in named.items():
         letters = axes.split()
+        a = None
         try:
-            a = np.asarray(value, dtype=float)
-        except (TypeError, ValueError):
-            problems.append(f"{name}: not an array of real numbers")
+            raw = np.asarray(value)
+            if raw.dtype.kind in "biufO":                   # not strings or dates, never complex
+                a = np.asarray(raw, dtype=float)
+        except (TypeError, ValueError):                    # ragged, or objects that are no numbers
+            raw = None
+        if a is None:
+            kind = "complex values" if raw is not None and raw.dtype.kind == "c" else "not an array of real numbers"
+            problems.append(f"{name}: {kind}")
             out.append(None)
             continue
         out.append(a)
@@ -123,8 +129,24 @@ def arrays(**named) -> tuple[np.ndarray, ...]:
             if seen[0] != size:
                 problems.append(f"{name}: {letter} = {size}, but {seen[1]} has {letter} = {seen[0]}")
     if problems:
-        raise InputError(problems, what="invalid arrays")
+        raise InputError(list(dict.fromkeys(problems)), what="invalid arrays")   # each problem once
     return tuple(out)
+
+
+def real(value, name: str) -> float:
+    """``value`` as a ``float`` if it is a real number (Python or NumPy; not a bool, a string or
+    a complex number); NaN and infinities pass, for the check to judge.
+
+    Raises:
+        InputError: anything else, naming ``name``.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InputError(f"{name} must be a real number, got {value!r} ({type(value).__name__})",
+                         what="invalid option")
+    try:
+        return float(value)
+    except OverflowError:                              # an integer beyond float's range
+        return float("inf") if value > 0 else float("-inf")
 
 
 def machine_limit(exc: Exception) -> bool:

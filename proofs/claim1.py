@@ -11,6 +11,7 @@ import numpy as np
 from construct.assumptions import a2_violations
 from construct.claim1 import claim1_factors
 from construct.arith import numerical_rank
+from construct.limits import integer
 from construct.model import head_attention
 
 from .check import EXACT_TOL, Check, arrays, factored_rank, logit_rounding
@@ -39,12 +40,13 @@ def check(E_S: np.ndarray, X_S: np.ndarray, s: np.ndarray, d_h: int | None = Non
         ``rank W_S``.
     """
     E_S, X_S, s = arrays(E_S=(E_S, "m n d"), X_S=(X_S, "m d"), s=(s, "m n"))
+    d_h = None if d_h is None else integer(d_h, "d_h")
     hyp = hypotheses(E_S, X_S, s, d_h)
     if not (hyp["queries linearly independent"] and hyp["contexts have full row rank (A2)"]
             and hyp["targets strictly positive, rows sum to 1"]):
         return Check(STATEMENT, hyp, None, {})
     K, Q = claim1_factors(E_S, X_S, s)
-    err = float(np.abs(head_attention(E_S, X_S, K, Q) - s).max())
+    err = float(np.abs(head_attention(E_S, X_S, K, Q) - s).max(initial=0.0))      # none: nothing to fit
     tol = EXACT_TOL + 2 * logit_rounding(E_S, X_S, K, Q)
     rank_W = factored_rank(K, Q)
     m = E_S.shape[0]

@@ -13,11 +13,12 @@ import numpy as np
 from construct.build import BuildResult
 from construct.claim1 import claim1_factors
 from construct.arith import EPS
+from construct.limits import integer
 from construct.model import head_attention
 from construct.saturation import one_hot_distance
 
 from . import claim1, lemma3, lemma4
-from .check import EXACT_TOL, Check, arrays, factored_rank, layer_data, logit_rounding, traced_head
+from .check import EXACT_TOL, Check, arrays, factored_rank, layer_data, logit_rounding, real, traced_head
 
 STATEMENT = "Claim 2"
 
@@ -38,8 +39,13 @@ def _conclusion(E_S, X_S, s, E_A, X_A, K, Q, a, b, c, j_star=None) -> tuple[bool
     # The model's logits carry rounding (docs/math.md §5) that the exact ones do not; a logit error η
     # changes the distance by a factor of at most exp(2η).
     eta = logit_rounding(E_A, X_A, W_K, W_Q)
+    with np.errstate(over="ignore"):
+        slack = float(np.exp(2 * eta))
+    # Where that factor overflows, the model's logits may be off by more than any gap: the
+    # numbers cannot decide the saturation (the bound may have underflowed to 0 as well).
+    seen = np.isfinite(slack) and sat.conclusion is not None
     with np.errstate(over="ignore", invalid="ignore"):    # where 0·inf, np.where takes the 0
-        allowed = np.where(bound > 0, bound * (1 + 4 * E_A.shape[1] * EPS) * np.exp(2 * eta), 0.0)
+        allowed = np.where(bound > 0, bound * (1 + 4 * E_A.shape[1] * EPS) * slack, 0.0) if seen else np.inf
     frozen = bool(np.all(dist <= allowed))
     rank_W = factored_rank(W_K, W_Q)
     # What the bound says: only where it is below 2 (the largest distance of two points of the
@@ -54,7 +60,8 @@ def _conclusion(E_S, X_S, s, E_A, X_A, K, Q, a, b, c, j_star=None) -> tuple[bool
          "examples_other": int(len(X_A))}
     if tol >= 1:
         return None, q
-    return bool(err <= tol and frozen and same_tokens and rank_W <= len(s) + 1), q
+    holds = bool(err <= tol and frozen and same_tokens and rank_W <= len(s) + 1)
+    return (None if holds and not seen else holds), q
 
 
 def check(E_S: np.ndarray, X_S: np.ndarray, s: np.ndarray, E_A: np.ndarray, X_A: np.ndarray, c: float,
@@ -67,6 +74,7 @@ def check(E_S: np.ndarray, X_S: np.ndarray, s: np.ndarray, E_A: np.ndarray, X_A:
     """
     E_S, X_S, s, E_A, X_A = arrays(E_S=(E_S, "m n d"), X_S=(X_S, "m d"), s=(s, "m n"), E_A=(E_A, "p n d"),
                                    X_A=(X_A, "p d"))
+    c, seed = real(c, "c"), integer(seed, "seed", 0)
     n = E_S.shape[1]
     sep = lemma3.check(X_S, E_A, X_A, seed=seed)
     hyp = {k: v for k, v in claim1.hypotheses(E_S, X_S, s).items() if k not in ("m ≤ n", "m ≤ d_h")}

@@ -16,8 +16,8 @@ def check(A: np.ndarray, B: np.ndarray, C: np.ndarray) -> Check:
 
     Returns:
         A :class:`Check` with the ranks of ``M = [[A, B], [0, C]]``, ``A`` and ``C`` (float64
-        numerical ranks); no conclusion where a singular value that ``A`` or ``C`` counts lies
-        below ``M``'s rank tolerance. An ``M`` whose own condition number is beyond ``1/u``
+        numerical ranks, and ``ranks_visible``); no conclusion (undecided) where a singular value
+        that ``A`` or ``C`` counts lies below ``M``'s rank tolerance. An ``M`` whose own condition number is beyond ``1/u``
         (``[[1, 1e10], [0, 1]]``) has a float64 rank below its exact one: the check reports
         what float64 sees there.
     """
@@ -35,5 +35,5 @@ def check(A: np.ndarray, B: np.ndarray, C: np.ndarray) -> Check:
     # of very different scales): the numbers cannot decide the inequality there.
     tol_M = rank_tol(float(s_M[0]) if s_M.size else 0.0, M.shape)
     seen = bool(np.all(s_A[:rank_A] > tol_M) and np.all(s_C[:rank_C] > tol_M))
-    hyp = {"blocks conform": True, "the ranks of A and C are visible at M's scale": seen}
-    return Check(STATEMENT, hyp, rank_M >= rank_A + rank_C if seen else None, q)
+    q["ranks_visible"] = seen                # the ranks of A and C are visible at M's scale
+    return Check(STATEMENT, {"blocks conform": True}, rank_M >= rank_A + rank_C if seen else None, q)

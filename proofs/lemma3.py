@@ -15,6 +15,7 @@ import numpy as np
 from construct.assumptions import a2_violations
 from construct.arith import EPS, numerical_rank
 from construct.partition import span_distances
+from construct.limits import integer
 from construct.separator import rank_one_separator, separator_logits
 
 from .check import Check, arrays
@@ -32,6 +33,7 @@ def check(X_S: np.ndarray, E_A: np.ndarray, X_A: np.ndarray, *, a: np.ndarray | 
         A :class:`Check` whose quantities hold ``a``, ``b``, ``j_star`` and the gaps ``delta``.
     """
     X_S, E_A, X_A = arrays(X_S=(X_S, "m d"), E_A=(E_A, "p n d"), X_A=(X_A, "p d"))
+    seed = integer(seed, "seed", 0)
     m, d = X_S.shape
     n = E_A.shape[1]
     rank_S = numerical_rank(X_S)[0]

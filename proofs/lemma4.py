@@ -14,7 +14,7 @@ from construct.arith import EPS
 from construct.saturation import one_hot_distance, saturation_bound
 from construct.separator import top_gap
 
-from .check import Check, arrays
+from .check import Check, arrays, real
 
 STATEMENT = "Lemma 4"
 
@@ -30,21 +30,33 @@ def check(E: np.ndarray, X: np.ndarray, W: np.ndarray, W_prime: np.ndarray, c: f
         A :class:`Check` with, per example, ``distance``, ``bound``, ``j_star`` and ``delta``.
     """
     E, X, W, W_prime = arrays(E=(E, "T n d"), X=(X, "T d"), W=(W, "d d"), W_prime=(W_prime, "d d"))
+    c = real(c, "c")
     n = E.shape[1]
     ell = np.einsum("tnd,td->tn", E, X @ np.asarray(W, dtype=float).T)
     g = np.einsum("tnd,td->tn", E, X @ np.asarray(W_prime, dtype=float).T)
     j_star, delta = top_gap(g)
     hyp = {"c > 0": c > 0, "g has a unique maximum (δ > 0) on every example": bool(np.all(delta > 0))}
+    if not np.isfinite(c):                           # nothing to evaluate at an infinite or NaN scale
+        hyp["c finite"] = False
+        return Check(STATEMENT, hyp, None, {})
     distance = one_hot_distance(ell + c * g, j_star)
     bound = saturation_bound(np.abs(ell).max(axis=1), delta, c, n)
     size = 2 * np.abs(ell).max(axis=1) + c * np.abs(g).max(axis=1)
-    with np.errstate(over="ignore", invalid="ignore"):    # beyond float64: nothing to contradict
-        allowed = np.where(bound > 0, bound * (1 + 4 * n * EPS) * np.exp(4 * size * EPS), 0.0)
-    holds = bool(np.all(distance <= allowed))
+    with np.errstate(over="ignore"):
+        slack = np.exp(4 * size * EPS)
+    # Where the rounding allowance overflows, the computed logits may be off by more than any
+    # gap: float64 cannot decide that example (the bound may have underflowed to 0 as well).
+    seen = np.isfinite(slack)
+    with np.errstate(over="ignore", invalid="ignore"):
+        allowed = np.where(seen & (bound > 0), bound * (1 + 4 * n * EPS) * np.where(seen, slack, 1.0), 0.0)
+    if np.any(seen & ~(distance <= allowed)):
+        holds = False
+    else:
+        holds = True if np.all(seen) else None
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(bound > 0, distance / bound, np.where(distance > 0, np.inf, 0.0))
-    q = {"max_ratio": float(ratio.max()) if ratio.size else 0.0, "distance": distance, "bound": bound,
-         "j_star": j_star, "delta": delta, "ell": ell}
+    q = {"max_ratio": float(ratio.max()) if ratio.size else 0.0, "undecided_examples": int(np.sum(~seen)),
+         "distance": distance, "bound": bound, "j_star": j_star, "delta": delta, "ell": ell}
     return Check(STATEMENT, hyp, holds, q)
 
 

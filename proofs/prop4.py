@@ -50,7 +50,10 @@ def check(data: Dataset, *, trials: int = 5000, seed: int = 0, layer=apply_layer
     mean = data.E.mean(axis=1)
     # The shift: what the uniform head adds is the mean, up to the rounding of its sums (n and d
     # terms of size |E|): 4(n + d)u of the largest entry is far above it and far below a wrong map.
-    slack = 4 * (n + d) * np.finfo(float).eps * max(1.0, float(np.abs(data.E).max()), float(np.abs(data.X).max()))
+    # Relative to the data, at any scale (a floor of 1 let the identity pass on data of size 1e-15),
+    # plus what underflow may take from each of those terms.
+    size = max(float(np.abs(data.E).max(initial=0.0)), float(np.abs(data.X).max(initial=0.0)))
+    slack = 4 * (n + d) * (np.finfo(float).eps * size + np.finfo(float).smallest_subnormal)
     shift_error = max(float(np.abs(out.E - (data.E + mean[:, None, :])).max(initial=0.0)),
                       float(np.abs(out.X - (data.X + mean)).max(initial=0.0)))
     a1_out = kruskal_check(out.X, n, "layer's queries", trials, seed)

@@ -195,7 +195,7 @@ def test_lemma1_does_not_call_a_true_instance_contradicted_across_scales():
     # [[1e-10, 1e10], [0, 1]] has rank 2 = 1 + 1, but at M's scale (1e10) float64 cannot see the
     # 1e-10: the check says it cannot decide, not that the lemma failed.
     r = proofs.lemma1.check([[1e-10]], [[1e10]], [[1]])
-    assert r.conclusion is None and r.failed == ["the ranks of A and C are visible at M's scale"]
+    assert r.conclusion is None and r.applies and not r.quantities["ranks_visible"]
     assert proofs.lemma1.check([[1.0]], [[2.0]], [[1]]).confirmed
 
 
@@ -478,3 +478,80 @@ def test_the_lemma_checks_name_a_wrong_argument():
         proofs.prop3.check(data, np.ones((5, 7)), np.ones(5), np.ones(5), 0.0)
     with pytest.raises(InputError, match="b1: m = 4, but W1 has m = 5"):
         proofs.prop3.check(data, np.ones((5, 16)), np.ones(4), np.ones(5), 0.0)
+
+
+def test_lemma4_where_the_bound_underflows_and_the_rounding_allowance_overflows():
+    # A review: the exact logit gap is 746, float64's 512 (c·g rounds at c ≈ 3.4e18); the bound
+    # underflowed to 0 while the allowance exp(4·size·ε) overflowed, and a distance of 8.75e-223
+    # was called CONTRADICTED. Float64 cannot decide there.
+    E, X = np.eye(2)[None], np.array([[1.0, 0.0]])
+    g = np.array([1.0, 1.0 - 2.0 ** -52])
+    c = 746 / (g[0] - g[1])
+    r = proofs.lemma4.check(E, X, np.zeros((2, 2)), np.outer(g, [1.0, 0.0]), c)
+    assert r.applies and r.conclusion is None, str(r)
+    assert "undecided" in str(r)
+    r = proofs.lemma4.check(E, X, np.zeros((2, 2)), np.outer(g, [1.0, 0.0]), float("inf"))
+    assert not r.applies and not r.contradicted and "c finite" in r.failed, str(r)
+    E, X, W, Wp = proofs.lemma4.extremal(3, 4, 1.0, 0.5)
+    assert proofs.lemma4.check(E, X, W, Wp, 40.0).confirmed            # where it can decide, it does
+
+
+@pytest.mark.parametrize("alpha", [np.nextafter(-1.0, 0.0), 1e300, -1.0 - 1e-15])
+def test_lemma2_says_undecided_where_float64_cannot_see_the_shift(alpha):
+    # A review: α = −1 + 2^-53 and α = 1e300 were CONTRADICTED; the lemma holds for every α ≠ −1,
+    # but |1 + α|·σ_min(V) lies below the shifted matrix's rounding there.
+    r = proofs.lemma2.check(np.eye(3), alpha)
+    assert r.applies and r.conclusion is None and "undecided" in str(r), str(r)
+    assert proofs.lemma2.check(np.eye(3), -0.5).confirmed
+    assert proofs.lemma2.check(np.eye(3), 1e3).confirmed
+
+
+def test_the_checks_refuse_arguments_that_are_not_real_numbers():
+    # A review: complex input was cast to its real part ("confirmed", with a ComplexWarning), a
+    # string α or c reached NumPy, NaN α a raw ValueError, inf α LAPACK's DLASCL message.
+    from construct import synthetic
+    from construct.errors import InputError
+    data = synthetic("independent", T=7, n=3, d=4, seed=0)
+    E, X, W, Wp = proofs.lemma4.extremal(3, 4, 1.0, 0.5)
+    cases = [(lambda: proofs.lemma1.check([[1j]], [[1.0]], [[1.0]]), "A: complex"),
+             (lambda: proofs.lemma2.check(np.array(["1", "2"])), "V: not an array of real numbers"),
+             (lambda: proofs.lemma2.check(np.eye(3), float("nan")), "alpha"),
+             (lambda: proofs.lemma2.check(np.eye(3), float("inf")), "alpha"),
+             (lambda: proofs.lemma2.check(np.eye(3), "1"), "alpha"),
+             (lambda: proofs.lemma2.check(np.eye(3), 1j), "alpha"),
+             (lambda: proofs.lemma4.check(E, X, W, Wp, "1"), "c"),
+             (lambda: proofs.lemma3.check(data.X[3:5], data.E[:3], data.X[:3], seed=-1), "seed"),
+             (lambda: proofs.lemma3.check(data.X[3:5], data.E[:3], data.X[:3], seed=1.5), "seed"),
+             (lambda: proofs.claim2.check(data.E[3:5], data.X[3:5], np.full((2, 3), 1 / 3), data.E[:3],
+                                          data.X[:3], 1.0, seed=-1), "seed")]
+    for call, message in cases:
+        with pytest.raises(InputError, match=re.escape(message)):
+            call()
+
+
+def test_a_wrong_size_is_named_once_and_empty_inputs_are_answered():
+    from construct.errors import InputError
+    E, X, W, Wp = proofs.lemma4.extremal(3, 4, 1.0, 0.5)
+    with pytest.raises(InputError) as err:
+        proofs.lemma4.check(E, X, np.eye(3), Wp, 1.0)
+    lines = str(err.value).splitlines()
+    assert len(lines) == len(set(lines)), str(err.value)
+    r = proofs.claim1.check(E[:0], X[:0], np.zeros((0, 3)))           # no examples: nothing to fit
+    assert not r.contradicted, str(r)
+
+
+def test_lemma1_when_the_numbers_cannot_decide_is_undecided_not_inapplicable():
+    r = proofs.lemma1.check([[1e-10]], [[1e10]], [[1]])
+    assert r.applies and r.conclusion is None and "undecided" in str(r), str(r)
+    assert r.quantities["ranks_visible"] is False
+
+
+def test_prop4_refuses_a_layer_that_does_not_shift_at_any_scale():
+    # A review: with data scaled by 1e-15 the identity map (no shift at all) was confirmed, the
+    # shift's slack having an absolute floor of 4(n + d)u.
+    from construct import synthetic
+    data = synthetic("independent", T=7, n=3, d=4, seed=0)
+    for scale in (1.0, 1e-15, 1e-200):
+        small = as_dataset(data.E * scale, data.X * scale, data.Y)
+        assert not proofs.prop4.check(small, layer=lambda D: D).confirmed, scale
+        assert proofs.prop4.check(small).confirmed, scale
