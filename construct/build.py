@@ -136,9 +136,16 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
 
     exponents = scaling_exponents(data, bool(skip))
     if exponents is not None:
-        result = build_scaled(data, exponents, bool(skip), tol, lambda unit: at_each_precision(unit, False))
+        unit_inputs = None
+        if exact_inputs is not None:               # at unit scale, as exactly: powers of two
+
+            def unit_inputs(ar: Arithmetic):
+                E_s, X_s = exact_inputs(ar)
+                return ar.ldexp(E_s, -exponents[0]), ar.ldexp(X_s, -exponents[1])
+        result = build_scaled(data, exponents, bool(skip), tol,
+                              lambda unit: at_each_precision(unit, False, unit_inputs))
     else:
-        result = at_each_precision(data, bool(skip), exact_inputs)  # scaled: the layer's float64 outputs
+        result = at_each_precision(data, bool(skip), exact_inputs)
     if layer is None:
         return result
     return _with_prelayer(result, original, layer, layer_why, tol)

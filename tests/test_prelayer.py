@@ -118,6 +118,20 @@ def test_a_high_precision_build_computes_the_prelayer_at_its_precision(skip):
     assert verify(result.weights, data).max_abs_error < 1e-30
 
 
+@pytest.mark.parametrize("s", [-600, 600])
+def test_a_high_precision_build_far_from_unit_scale_computes_the_prelayer_at_its_precision(s):
+    # A review: data beyond 2^±64 is built at unit scale, and there the pre-layer's outputs were
+    # the float64 ones again (4.1e-16 at s = ±600 against 2.5e-36 at s = 0).
+    data = tokens(20, n=4, d=8, vocabulary=10, seed=3)
+    far = as_dataset(np.ldexp(data.E, s), np.ldexp(data.X, s), data.Y)
+    result = build(far, 7, prelayer="mean-shift", precision=128)
+    assert result.weights.bits == 128 and "unit scale" in result.precision_reason
+    assert verify(result.weights, far).max_abs_error < 1e-30
+    big = as_dataset(data.E, data.X, np.ldexp(data.Y, 300))           # labels far from unit scale
+    result = build(big, 7, prelayer="mean-shift", precision=128)
+    assert verify(result.weights, big).max_abs_error < 1e-30 * 2.0 ** 300
+
+
 def test_certify_proves_the_two_layer_model(pipeline, sequences):
     cert = certify(pipeline.weights, sequences, method="float64")
     assert cert.passed, cert.claims
