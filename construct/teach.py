@@ -36,6 +36,7 @@ from .data import Dataset, as_dataset, synthetic
 from .errors import InputError
 from .limits import integer
 from .arith import numerical_rank
+from .arith.threads import blas_limit
 from .model import feature_matrix, head_attention, mean_shift, param_count
 
 _MATRIX_LIMIT = 12          # larger matrices are summarized, not printed
@@ -870,7 +871,7 @@ def repeated_queries(heads: int = 3, context: int = 3, dim: int = 4, *, seed: in
 
 # teach narrates every head and measures the rank after each: a walkthrough, not a build.
 MAX_HEADS = 64
-MAX_EXAMPLES = 2000
+MAX_EXAMPLES = 1000
 
 
 def teach(heads: int = 3, context: int = 3, dim: int = 4, *, seed: int = 0, shared: bool = False,
@@ -897,6 +898,14 @@ def teach(heads: int = 3, context: int = 3, dim: int = 4, *, seed: int = 0, shar
     if prelayer and (shared or rational):
         raise InputError("the pre-layer walkthrough draws token sequences: it takes neither shared nor "
                          "rational", what="invalid option")
+    # Hundreds of SVDs of a few hundred rows: on two BLAS threads that spin against each other, a
+    # busy 2-core machine ran them 15-25 times slower (the engine's sessions limit BLAS likewise).
+    with blas_limit(1):
+        return _walkthrough(heads, context, dim, seed, shared, rational, prelayer)
+
+
+def _walkthrough(heads: int, context: int, dim: int, seed: int, shared: bool, rational: bool,
+                 prelayer: bool) -> Walkthrough:
     data = (repeated_queries(heads, context, dim, seed=seed) if prelayer else
             tiny_dataset(heads, context, dim, seed=seed, shared=shared, rational=rational))
     # The saturating scale rule: the proof's Weyl argument with the perturbation measured, so each

@@ -11,6 +11,7 @@ import pytest
 
 from construct import teach
 from construct.cli import main
+from construct.arith import numerical_rank
 from construct.model import feature_matrix
 from construct.teach import (attention_figure, math_text, mathml, rank_figure, rich_text,
                              singular_value_figure)
@@ -136,6 +137,22 @@ def test_text_on_a_terminal_is_styled_unless_no_color_is_set(capsys, monkeypatch
     out = capsys.readouterr().out
     assert ("\033[" in out) == styled
     assert re.sub(r"\033\[[0-9]+m", "", out) == teach().text()
+
+
+def test_the_walkthrough_runs_its_linear_algebra_on_one_blas_thread(monkeypatch):
+    # A review measured teach at H = 64 (n = 8, d = 16) taking 38-58 s on a busy 2-core machine
+    # and 2.3 s with BLAS on one thread: its hundreds of SVDs ran outside the engine's sessions,
+    # on every BLAS thread, which spin against each other there.
+    from construct.arith.threads import blas_threads
+    walkthrough = sys.modules["construct.teach"]              # the module; construct.teach is the function
+    seen = []
+
+    def rank(A):
+        seen.append(blas_threads())
+        return numerical_rank(A)
+    monkeypatch.setattr(walkthrough, "numerical_rank", rank)
+    teach(4, 3, 4)
+    assert seen and set(seen) == {1}
 
 
 # --- the theorem first ---------------------------------------------------------------------------
@@ -434,3 +451,6 @@ def test_a_walkthrough_too_large_to_read_is_refused_at_once(capsys):
     assert main(["teach", "--heads", "2000", "--context", "2", "--dim", "2"]) == 2
     assert "at most 64 heads" in capsys.readouterr().err and time.perf_counter() - start < 5
     assert main(["teach", "--heads", "64", "--context", "2", "--dim", "2", "--format", "text"]) == 0
+    # A review: H = 64, n = 32, d = 64 (T = 1,985) was inside the limits and took 229 s, silent.
+    assert main(["teach", "--heads", "64", "--context", "32", "--dim", "64"]) == 2
+    assert "1000 examples" in capsys.readouterr().err
