@@ -436,7 +436,7 @@ def test_a1_is_sampled_where_its_exact_rank_is_too_costly_and_the_theorem_names_
 
 
 @pytest.mark.parametrize("sizes", [dict(heads=3, context=4, dim=5), dict(heads=8, context=3, dim=4),
-                                   dict(heads=6, context=6, dim=8)])
+                                   dict(heads=6, context=6, dim=8), dict(heads=8, context=8, dim=8)])
 def test_the_pre_layer_walkthrough_runs_beyond_the_default_sizes(sizes):
     # A student's trial: these sizes found no dataset ("change the seed or the sizes"): the
     # vocabulary had context + 1 tokens, and A3 needed an exact Kruskal rank.
@@ -454,3 +454,11 @@ def test_a_walkthrough_too_large_to_read_is_refused_at_once(capsys):
     # A review: H = 64, n = 32, d = 64 (T = 1,985) was inside the limits and took 229 s, silent.
     assert main(["teach", "--heads", "64", "--context", "32", "--dim", "64"]) == 2
     assert "1000 examples" in capsys.readouterr().err
+
+
+def test_the_pre_layer_walkthrough_needs_two_examples_and_says_so(capsys):
+    # A review: with n = 1 there is one example (T = H(n − 1) + 1), whose query cannot repeat; the
+    # error advised "a larger dimension d, or a smaller context".
+    assert main(["teach", "--prelayer", "--heads", "2", "--context", "1", "--dim", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "at least 2 examples" in err and "--context" in err and "smaller context" not in err
