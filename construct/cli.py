@@ -38,8 +38,10 @@ def _progress_printer(stream):
 
 def _cmd_build(args) -> int:
     from .io import OutputFolder
+    from .limits import tolerance
     from .report import summary_text
 
+    tolerance(args.tol, "--tol")                   # named as the option, before any folder is touched
     _replaceable_folder(args.out, args.data if args.force else None)
     certificate = Path(args.out) / CERTIFICATE
     # The folder is locked before the work starts, so a second build into it is refused at once.
@@ -191,8 +193,11 @@ def _cmd_export(args) -> int:
     from .data import load_dataset
     from .export import export
     from .io import sha256
+    from .limits import tolerance
     from .model import load_weights
 
+    if args.tol is not None:                       # named as the option, before any file is read
+        tolerance(args.tol, "--tol")
     weights = load_weights(args.weights)
     beside = Path(args.weights).parent
     data_file = args.data if args.data is not None else (beside / "data.npz" if (beside / "data.npz").is_file() else None)

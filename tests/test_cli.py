@@ -346,3 +346,14 @@ def test_a_folder_under_one_of_builds_names_is_the_users(tmp_path, capsys, good,
     code, _, err = run(["build", data, "--out", run_dir], capsys)
     assert code == 2 and name in err and "--force" in err
     assert (run_dir / name / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("command", [["build", "--out", "{run}"], ["export", "{weights}", "--format", "torch",
+                                                                   "--out", "{model}", "--data", "{data}"]])
+def test_a_bad_tolerance_is_named_as_the_option(tmp_path, capsys, small_run, command):
+    # A review: build and export named it `tol` (the Python keyword), verify and certify `--tol`.
+    names = dict(run=tmp_path / "new", weights=small_run / "weights.npz", data=small_run / "data.npz",
+                 model=tmp_path / "m.pt")
+    code, _, err = run([part.format(**names) for part in command] + ["--tol", "nan"], capsys)
+    assert code == 2 and "--tol must be a finite positive number" in err
+    assert not (tmp_path / "new").exists() and not (tmp_path / "m.pt").exists()
