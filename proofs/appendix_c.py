@@ -13,11 +13,12 @@ from construct.model import feature_matrix, forward, output_from_features
 from construct.arith import for_bits
 
 from . import theorem1
-from .check import Check
+from .check import Check, one_blas_thread
 
 STATEMENT = "Appendix C"
 
 
+@one_blas_thread
 def check(data: Dataset, heads: int, head_dim: int | None = None, value_dim: int | None = None, *,
           seed: int = 0) -> Check:
     """App. C on ``data``: the skip-connection build reproduces ``Y`` and its readout fits ``Y − X[:, :d_o]``."""

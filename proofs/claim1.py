@@ -14,7 +14,7 @@ from construct.arith import numerical_rank
 from construct.limits import integer
 from construct.model import head_attention
 
-from .check import EXACT_TOL, Check, arrays, factored_rank, logit_rounding
+from .check import Check, EXACT_TOL, arrays, factored_rank, logit_rounding, one_blas_thread
 
 STATEMENT = "Claim 1"
 
@@ -32,6 +32,7 @@ def hypotheses(E_S: np.ndarray, X_S: np.ndarray, s: np.ndarray, d_h: int | None 
     }
 
 
+@one_blas_thread
 def check(E_S: np.ndarray, X_S: np.ndarray, s: np.ndarray, d_h: int | None = None) -> Check:
     """Claim 1 on examples ``E_S`` (m, n, d), ``X_S`` (m, d) with targets ``s`` (m, n).
 

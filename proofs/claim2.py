@@ -18,7 +18,8 @@ from construct.model import head_attention
 from construct.saturation import one_hot_distance
 
 from . import claim1, lemma3, lemma4
-from .check import EXACT_TOL, Check, arrays, factored_rank, layer_data, logit_rounding, real, traced_head
+from .check import (EXACT_TOL, Check, arrays, factored_rank, layer_data, logit_rounding, one_blas_thread, real,
+                    traced_head)
 
 STATEMENT = "Claim 2"
 
@@ -64,6 +65,7 @@ def _conclusion(E_S, X_S, s, E_A, X_A, K, Q, a, b, c, j_star=None) -> tuple[bool
     return (None if holds and not seen else holds), q
 
 
+@one_blas_thread
 def check(E_S: np.ndarray, X_S: np.ndarray, s: np.ndarray, E_A: np.ndarray, X_A: np.ndarray, c: float,
           *, seed: int = 0) -> Check:
     """Claim 2 for new examples ``E_S`` (m, n, d), ``X_S`` (m, d) with targets ``s`` (m, n), the
@@ -91,6 +93,7 @@ def check(E_S: np.ndarray, X_S: np.ndarray, s: np.ndarray, E_A: np.ndarray, X_A:
     return Check(STATEMENT, hyp, None if holds is None else holds and bool(sep.conclusion), q)
 
 
+@one_blas_thread
 def check_head(result: BuildResult, head: int) -> Check:
     """Claim 2 on head ``head`` (from 2) of a build made with ``trace=True``.
 

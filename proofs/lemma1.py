@@ -6,11 +6,12 @@ import numpy as np
 
 from construct.arith import numerical_rank, rank_tol
 
-from .check import Check, arrays
+from .check import Check, arrays, one_blas_thread
 
 STATEMENT = "Lemma 1"
 
 
+@one_blas_thread
 def check(A: np.ndarray, B: np.ndarray, C: np.ndarray) -> Check:
     """Lemma 1 for blocks ``A`` (p, q), ``B`` (p, r), ``C`` (s, r).
 

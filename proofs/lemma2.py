@@ -11,7 +11,7 @@ import numpy as np
 from construct.arith import numerical_rank, rank_tol
 from construct.errors import InputError
 
-from .check import Check, arrays, real
+from .check import Check, arrays, one_blas_thread, real
 
 STATEMENT = "Lemma 2"
 
@@ -22,6 +22,7 @@ def shifted(V: np.ndarray, alpha: float = 1.0) -> np.ndarray:
     return V + alpha * V.mean(axis=0, keepdims=True)
 
 
+@one_blas_thread
 def check(V: np.ndarray, alpha: float = 1.0) -> Check:
     """Lemma 2 for the rows of ``V`` (n, d) and the weight ``alpha``.
 

@@ -18,11 +18,12 @@ from construct.partition import span_distances
 from construct.limits import integer
 from construct.separator import rank_one_separator, separator_logits
 
-from .check import Check, arrays
+from .check import Check, arrays, one_blas_thread
 
 STATEMENT = "Lemma 3"
 
 
+@one_blas_thread
 def check(X_S: np.ndarray, E_A: np.ndarray, X_A: np.ndarray, *, a: np.ndarray | None = None,
           b: np.ndarray | None = None, seed: int = 0) -> Check:
     """Lemma 3 for fitted queries ``X_S`` (m, d) and other examples ``E_A`` (p, n, d), ``X_A`` (p, d).

@@ -14,11 +14,12 @@ from construct.arith import EPS
 from construct.saturation import one_hot_distance, saturation_bound
 from construct.separator import top_gap
 
-from .check import Check, arrays, real
+from .check import Check, arrays, one_blas_thread, real
 
 STATEMENT = "Lemma 4"
 
 
+@one_blas_thread
 def check(E: np.ndarray, X: np.ndarray, W: np.ndarray, W_prime: np.ndarray, c: float) -> Check:
     """Lemma 4 on every example of ``E`` (T, n, d), ``X`` (T, d) for ``W``, ``W'`` (d, d) and ``c``.
 

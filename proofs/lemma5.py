@@ -9,11 +9,12 @@ import numpy as np
 
 from construct.arith import numerical_rank
 
-from .check import Check
+from .check import Check, one_blas_thread
 
 STATEMENT = "Lemma 5"
 
 
+@one_blas_thread
 def check(A: np.ndarray, B: np.ndarray) -> Check:
     """Lemma 5 for matrices ``A`` and ``B`` of one shape."""
     A, B = np.atleast_2d(np.asarray(A, dtype=float)), np.atleast_2d(np.asarray(B, dtype=float))

@@ -18,7 +18,7 @@ from construct.model import feature_matrix
 from construct.limits import integer
 from construct.partition import partition
 
-from .check import Check, features_rank, layer_data, machine_limit, options, traced_head
+from .check import Check, features_rank, layer_data, machine_limit, one_blas_thread, options, traced_head
 
 STATEMENT = "Proposition 1"
 
@@ -37,6 +37,7 @@ def hypotheses(data: Dataset, k: int, fitted: int) -> dict[str, bool]:
             "queries satisfy the partition condition (implied by A1)": split}
 
 
+@one_blas_thread
 def check(data: Dataset, heads: int, head_dim: int | None = None, *, seed: int = 0) -> Check:
     """Proposition 1 on ``data`` with ``heads`` heads of key/query dimension ``head_dim`` (default n).
 
@@ -65,6 +66,7 @@ def check(data: Dataset, heads: int, head_dim: int | None = None, *, seed: int =
     return Check(STATEMENT, hyp, rank_Z >= bound, q)
 
 
+@one_blas_thread
 def check_step(result: BuildResult, head: int) -> Check:
     """The induction step of head ``head`` (from 2) of a build made with ``trace=True``.
 

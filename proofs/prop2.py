@@ -13,7 +13,7 @@ from construct.data import Dataset
 from construct.arith import for_bits, numerical_rank
 from construct.model import Weights, check_compatible, head_attention
 
-from .check import Check, features_rank
+from .check import Check, features_rank, one_blas_thread
 
 STATEMENT = "Proposition 2"
 
@@ -28,6 +28,7 @@ def attention_matrix(data: Dataset, weights: Weights) -> np.ndarray:
                           for h in range(weights.H)])
 
 
+@one_blas_thread
 def check(data: Dataset, weights: Weights) -> Check:
     """Proposition 2 for ``data`` and any weights (from the engine or not)."""
     check_compatible(weights, data.d, data.d_o)

@@ -19,7 +19,7 @@ from construct.data import Dataset, as_dataset
 from construct.arith import EPS, numerical_rank
 from construct.errors import InputError
 
-from .check import Check, arrays
+from .check import Check, arrays, one_blas_thread
 
 STATEMENT = "Proposition 3"
 
@@ -41,6 +41,7 @@ def relu_params(m: int, n: int, d: int) -> int:
     return m * (n * d + d + 2) + 1
 
 
+@one_blas_thread
 def check(data: Dataset, W1: np.ndarray, b1: np.ndarray, w2: np.ndarray, b2: float) -> Check:
     """Proposition 3's argument on ``data`` for the network ``f(u) = w_2^T relu(W_1 u + b_1) + b_2``.
 

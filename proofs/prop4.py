@@ -15,7 +15,7 @@ from construct.data import Dataset, as_dataset, checked
 from construct.limits import integer
 from construct.model import Weights, forward
 
-from .check import Check
+from .check import Check, one_blas_thread
 
 STATEMENT = "Proposition 4"
 
@@ -36,6 +36,7 @@ def apply_layer(data: Dataset) -> Dataset:
     return as_dataset(E_out, X_out, data.Y)
 
 
+@one_blas_thread
 def check(data: Dataset, *, trials: int = 5000, seed: int = 0, layer=apply_layer) -> Check:
     """Proposition 4 on ``data``: A2 and A3 before the layer; after it, every token moved by its
     context's mean (``v ↦ v + mean_i e_i``, to rounding), and A1 and A2.

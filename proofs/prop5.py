@@ -13,11 +13,12 @@ from construct.data import Dataset
 from construct.arith import EPS
 from construct.model import Weights, check_compatible
 
-from .check import Check, features_rank
+from .check import Check, features_rank, one_blas_thread
 
 STATEMENT = "Proposition 5"
 
 
+@one_blas_thread
 def check(data: Dataset, weights: Weights) -> Check:
     """Proposition 5 for ``data`` and any weights."""
     check_compatible(weights, data.d, data.d_o)

@@ -15,11 +15,12 @@ from construct.data import Dataset
 from construct.model import Weights
 
 from . import theorem1
-from .check import Check, options
+from .check import Check, one_blas_thread, options
 
 STATEMENT = "Remark 1"
 
 
+@one_blas_thread
 def check(data: Dataset, heads: int, head_dim: int | None = None, *, seed: int = 0) -> Check:
     """Remark 1 on ``data``: the exact Kruskal rank ``r`` of the queries sets ``k``, then Theorem 1."""
     data, heads, d_h, _ = options(data, heads, head_dim)

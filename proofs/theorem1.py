@@ -15,7 +15,7 @@ from construct.model import param_count
 from construct.verify import DEFAULT_TOL
 
 from . import prop1
-from .check import Check, machine_limit, options
+from .check import Check, machine_limit, one_blas_thread, options
 
 STATEMENT = "Theorem 1"
 
@@ -29,6 +29,7 @@ def hypotheses(data: Dataset, heads: int, d_h: int, d_v: int) -> dict[str, bool]
     return hyp
 
 
+@one_blas_thread
 def check(data: Dataset, heads: int, head_dim: int | None = None, value_dim: int | None = None, *,
           skip: bool = False, seed: int = 0, tol: float = DEFAULT_TOL, trace: bool = False) -> Check:
     """Theorem 1 on ``data``: the construction's weights reproduce every label within ``tol``.

@@ -555,3 +555,22 @@ def test_prop4_refuses_a_layer_that_does_not_shift_at_any_scale():
         small = as_dataset(data.E * scale, data.X * scale, data.Y)
         assert not proofs.prop4.check(small, layer=lambda D: D).confirmed, scale
         assert proofs.prop4.check(small).confirmed, scale
+
+
+def test_the_checks_run_their_linear_algebra_on_one_blas_thread(monkeypatch):
+    # Their many SVDs of a few hundred rows ran 5-15 times slower on two OpenBLAS threads of a
+    # busy 2-core machine (Theorem 1 and Proposition 1 at H = 16, n = 8, d = 16: 0.7-2.2 s
+    # against 0.13-0.15 s), as teach's did.
+    from construct import synthetic
+    from construct.arith import numerical_rank
+    from construct.arith.threads import blas_threads
+    seen = []
+
+    def rank(A):
+        seen.append(blas_threads())
+        return numerical_rank(A)
+    monkeypatch.setattr(proofs.lemma1, "numerical_rank", rank)
+    monkeypatch.setattr(proofs.check, "numerical_rank", rank)
+    assert proofs.lemma1.check([[1.0]], [[2.0]], [[1.0]]).confirmed
+    assert proofs.prop1.check(synthetic("independent", T=7, n=3, d=4, seed=0), 3).confirmed
+    assert seen and set(seen) == {1}
