@@ -136,14 +136,11 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
 
     exponents = scaling_exponents(data, bool(skip))
     if exponents is not None:
-        unit_inputs = None
-        if exact_inputs is not None:               # at unit scale, as exactly: powers of two
-
-            def unit_inputs(ar: Arithmetic):
-                E_s, X_s = exact_inputs(ar)
-                return ar.ldexp(E_s, -exponents[0]), ar.ldexp(X_s, -exponents[1])
-        result = build_scaled(data, exponents, bool(skip), tol,
-                              lambda unit: at_each_precision(unit, False, unit_inputs))
+        def unit_inputs(ar: Arithmetic):           # the layer's outputs at unit scale: powers of two, exact
+            E_s, X_s = exact_inputs(ar)
+            return ar.ldexp(E_s, -exponents[0]), ar.ldexp(X_s, -exponents[1])
+        inputs = unit_inputs if exact_inputs is not None else None
+        result = build_scaled(data, exponents, bool(skip), tol, lambda unit: at_each_precision(unit, False, inputs))
     else:
         result = at_each_precision(data, bool(skip), exact_inputs)
     if layer is None:

@@ -53,7 +53,7 @@ from .arith.threads import row_blocks
 from .data import Dataset, checked
 from .errors import InputError
 from .io import json_bytes, sha256, write_atomic
-from .limits import integer, tolerance
+from .limits import allowed_error, integer, tolerance
 from .model import Weights, check_compatible, checked_weights, feature_matrix, layer_inputs, output_from_features
 from .verify import DEFAULT_TOL
 
@@ -180,7 +180,7 @@ def certify(weights: Weights, data: Dataset, *, tol: float = DEFAULT_TOL, bits: 
     if method == "float64" and weights.bits is not None:
         raise InputError("the float64 method certifies float64 weights; these have "
                          f"{weights.bits} bits: use the interval method", what="invalid option")
-    allowed = tol * max(1.0, float(np.abs(data.Y).max()))
+    allowed = allowed_error(tol, float(np.abs(data.Y).max()))
     claims: dict = {
         "format": FORMAT, "version": VERSION,
         "weights_sha256": sha256(weights.to_bytes()), "data_sha256": sha256(data.to_bytes()),

@@ -209,7 +209,7 @@ def export(weights: Weights, fmt: str, out: str | os.PathLike, *, dtype: str = "
             weights do not fit ``data``'s dimensions.
     """
     from .io import write_atomic
-    from .limits import tolerance
+    from .limits import allowed_error, tolerance
     from .verify import DEFAULT_TOL, FLOAT32_TOL
     tol = tolerance((DEFAULT_TOL if dtype == "float64" else FLOAT32_TOL) if tol is None else tol)
     # Each format's library has its extra of the same name; ONNX files are checked by onnxruntime.
@@ -222,13 +222,13 @@ def export(weights: Weights, fmt: str, out: str | os.PathLike, *, dtype: str = "
         from .data import checked
         data = checked(data)
         check_compatible(checked_weights(weights), data.d, data.d_o)
+        allowed = allowed_error(tol, float(np.abs(data.Y).max()))
     payload = export_bytes(weights, fmt, dtype, report_sha256)
     write_atomic(out, payload)
     info: dict = {"format": fmt, "dtype": dtype, "path": str(out)}
     if data is not None:
         f = evaluate(out, fmt, data.E, data.X)
         err = float(np.abs(f - data.Y).max()) if np.all(np.isfinite(f)) else float("inf")
-        allowed = tol * max(1.0, float(np.abs(data.Y).max()))
         info.update(max_abs_error=err, allowed=allowed, labels_hold=bool(err <= allowed))
     return info
 

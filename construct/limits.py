@@ -59,6 +59,22 @@ def tolerance(value, name: str = "tol") -> float:
     return tol
 
 
+def allowed_error(tol: float, y_max: float) -> float:
+    """The allowed error ``tol · max(1, y_max)`` of a tolerance relative to labels of largest
+    magnitude ``y_max``.
+
+    Raises:
+        InputError: it overflows float64 (then every error, an infinite one included, would be
+            within it).
+    """
+    top = max(1.0, float(y_max))
+    allowed = tol * top                                # inf where it overflows
+    if not math.isfinite(allowed):
+        raise InputError(f"the allowed error tol · max(1, max |Y|) = {tol:.3g} · {top:.3g} overflows float64: "
+                         "no error could fail it; choose a smaller tolerance", what="invalid option")
+    return allowed
+
+
 def available_memory() -> int:
     """Bytes of memory available to a new allocation (Linux ``MemAvailable``; else physical memory)."""
     try:

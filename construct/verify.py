@@ -18,7 +18,7 @@ from .accurate import rounding_visible, shared_context
 from .arith import FLOAT64, Arithmetic, gpu
 from .arith.base import RowRank
 from .data import Dataset, checked
-from .limits import require_memory, tolerance
+from .limits import allowed_error, require_memory, tolerance
 from .model import (Weights, check_compatible, checked_weights, feature_matrix, forward, layer_inputs,
                     output_from_features)
 
@@ -75,7 +75,7 @@ def check(ar: Arithmetic, Z, weights: Weights, data: Dataset, tol: float = DEFAU
     caller has already looked, as the build does). ``overwrite``: ``Z`` is the caller's to
     spend: once the outputs are known, the rank may factor it in place.
     """
-    allowed = tol * max(1.0, float(np.abs(ar.to_host(data.Y)).max()))
+    allowed = allowed_error(tol, float(np.abs(ar.to_host(data.Y)).max()))
     how, sigma_above = ar.name, None
     with np.errstate(over="ignore", invalid="ignore"):        # overflow is a failure, not a warning
         if outputs is None:

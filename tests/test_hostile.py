@@ -207,6 +207,32 @@ def test_bad_tolerance_in_verify_and_certify(tmp_path, capsys, small):
         certify(weights, data, tol=-1.0)
 
 
+def test_a_tolerance_whose_allowed_error_overflows_is_refused(tmp_path, capsys, small):
+    # A hostile trial: tol · max(1, max |Y|) overflowed to inf, and weights whose outputs were
+    # infinite passed verify, export and certify ("max |f − y| inf (allowed inf): PASS").
+    result = build(small, 3)
+    bad = as_weights(result.weights.W_K, result.weights.W_Q, result.weights.W_V, result.weights.W_O * 1e300,
+                     result.weights.W_D * 1e300)
+    four = as_dataset(small.E, small.X, small.Y * 4 / np.abs(small.Y).max())     # max |Y| = 4
+    for call in (lambda: verify(bad, four, tol=1e308), lambda: certify(bad, four, tol=1e308)):
+        with pytest.raises(InputError, match="overflows"):
+            call()
+    big = as_dataset(small.E, small.X, small.Y * (1e308 / np.abs(small.Y).max()))   # max |Y| = 1e308
+    with pytest.raises(InputError, match="overflows"):
+        verify(bad, big, tol=5.0)
+    bad.save(tmp_path / "w.npz")
+    big_path = tmp_path / "d.npz"
+    big_path.write_bytes(big.to_bytes())
+    for argv in (["verify", tmp_path / "w.npz", big_path, "--tol", "5"],
+                 ["certify", tmp_path / "w.npz", big_path, "--tol", "5"],
+                 ["export", tmp_path / "w.npz", "--format", "safetensors", "--out", tmp_path / "m.safetensors",
+                  "--data", big_path, "--tol", "5"]):
+        code, out, err = run(argv, capsys)
+        assert code == 2 and "overflows" in err and "PASS" not in out and "PROVEN" not in out, (argv, out, err)
+    assert not (tmp_path / "m.safetensors").exists()
+    assert verify(result.weights, small, tol=1e300).passed              # large but finite: still a check
+
+
 # --- high precision --------------------------------------------------------------------------------
 
 def test_weights_at_the_largest_precision_load_back(tmp_path):
