@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 import textwrap
 import time
@@ -230,9 +231,15 @@ def _cmd_certify(args) -> int:
             raise InputError(f"{', '.join(clash)} cannot be given with --check: the certificate states its own "
                              "method and tolerance, and --check writes nothing", what="invalid arguments")
         try:
-            if Path(args.check).stat().st_size > MAX_CERTIFICATE_BYTES:     # refused before it is read
+            # Without blocking (a FIFO with no writer), a regular file only (a device's size is 0
+            # and /dev/zero never ends), and never more than a certificate can hold.
+            fd = os.open(args.check, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    raise InputError(f"{args.check}: not a regular file", what="invalid certificate")
+                text = f.read(MAX_CERTIFICATE_BYTES + 1)
+            if len(text) > MAX_CERTIFICATE_BYTES:
                 raise InputError(f"{args.check}: larger than a certificate can be", what="invalid certificate")
-            text = Path(args.check).read_bytes()
         except OSError as exc:
             raise InputError(f"{args.check}: cannot be read ({exc.strerror or exc})", what="invalid certificate")
         cert = read_certificate(text)

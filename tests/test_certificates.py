@@ -894,3 +894,30 @@ def test_a_huge_integer_is_refused_as_such_not_as_broken_json(env, tmp_path):
     raw = MALFORMED["a 5000-digit integer"](env.certs["float64"])
     code, _, err = check_file(env, "float64", None, tmp_path, raw=raw)
     assert code == 2 and "5000 digits" in err and "not JSON" not in err and "set_int_max_str_digits" not in err
+
+
+@pytest.mark.parametrize("special", ["/dev/zero", "fifo", "folder"])
+def test_check_reads_only_a_regular_file_and_at_most_a_certificates_size(tmp_path, capsys, special):
+    # A hostile trial: --check /dev/zero read until the kernel killed it (24 GB; stat's size of a
+    # device is 0, under the size limit), and a FIFO hung for good.
+    import os
+    import threading
+    from construct.cli import main
+    assert main(["build", "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    if special == "fifo":
+        path = tmp_path / "c.fifo"
+        os.mkfifo(path)
+    elif special == "folder":
+        path = tmp_path / "c.json"
+        path.mkdir()
+    else:
+        path = special
+    done = []
+    worker = threading.Thread(target=lambda: done.append(main(
+        ["certify", str(tmp_path / "run" / "weights.npz"), str(tmp_path / "run" / "data.npz"), "--check", str(path)])),
+        daemon=True)
+    worker.start()
+    worker.join(20)
+    assert done == [2], "still reading" if not done else done
+    err = capsys.readouterr().err
+    assert "not a regular file" in err or (special == "folder" and "Is a directory" in err), err
