@@ -9,6 +9,7 @@ and a failed build writes no file.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import stat
 import sys
@@ -167,9 +168,8 @@ def _device_option(parser) -> None:
 
 
 def _cmd_verify(args) -> int:
-    import json
-
     from .data import load_dataset
+    from .io import json_bytes
     from .model import load_weights
     from .limits import tolerance
     from .verify import verify
@@ -179,13 +179,17 @@ def _cmd_verify(args) -> int:
     data = load_dataset(args.data)
     v = verify(weights, data, tol=args.tol, device=args.device)
     if args.json:
-        print(json.dumps(v.to_dict(), indent=2))
+        print(json_bytes(v.to_dict()).decode(), end="")          # strict JSON: null for inf and NaN
     else:
+        finite = math.isfinite(v.sigma_min_Z)
         print(f"device       {v.device}: {v.device_reason}\n"
-              f"examples     T = {v.T}\nrank Z       {v.rank_Z}   sigma_min(Z) = {v.sigma_min_Z:.3e}\n"
-              f"max |f - y|  {v.max_abs_error:.3e}  (allowed {v.tol:.1e}; outputs in {v.outputs})\n"
+              f"examples     T = {v.T}\nrank Z       "
+              + (f"{v.rank_Z}   sigma_min(Z) = {v.sigma_min_Z:.3e}\n" if finite else
+                 "not computed: Z is not finite (the logits overflow float64)\n")
+              + f"max |f - y|  {v.max_abs_error:.3e}  (allowed {v.tol:.1e}; outputs in {v.outputs})\n"
               + ("PASS: every label reproduced, rank Z = T" if v.passed else
-                 "FAIL: " + ("labels not reproduced within the tolerance" if v.max_abs_error > v.tol
+                 "FAIL: " + ("the features are not finite" if not finite else
+                             "labels not reproduced within the tolerance" if not v.max_abs_error <= v.tol
                              else f"rank Z = {v.rank_Z} < T = {v.T}")))
     return 0 if v.passed else 1
 

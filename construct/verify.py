@@ -90,6 +90,9 @@ def check(ar: Arithmetic, Z, weights: Weights, data: Dataset, tol: float = DEFAU
         err = float(np.abs(gaps).max())
     if not np.isfinite(err):
         err = float("inf")
+    if Z.dtype != object and not bool(ar.to_host(ar.xp.all(ar.xp.isfinite(Z)))):   # overflowed logits: no rank
+        return Verification(T=data.T, rank_Z=0, sigma_min_Z=float("nan"), sigma_max_Z=float("nan"),
+                            rank_tol=float("nan"), max_abs_error=err, tol=allowed, passed=False, outputs=how)
     r = _row_rank(ar, Z, data.E, reduction, overwrite, sigma_above)
     return Verification(T=data.T, rank_Z=r.rank, sigma_min_Z=r.sigma_min, sigma_max_Z=r.sigma_max,
                         rank_tol=r.tol, max_abs_error=err, tol=allowed,

@@ -233,6 +233,23 @@ def test_a_tolerance_whose_allowed_error_overflows_is_refused(tmp_path, capsys, 
     assert verify(result.weights, small, tol=1e300).passed              # large but finite: still a check
 
 
+def test_features_that_overflow_fail_verify_instead_of_crashing_it(tmp_path, capsys, small):
+    # A hostile trial: data scaled by 1e160 (finite, accepted) made the logits overflow, Z held
+    # NaN, and verify raised SciPy's "A has a NaN entry" (a traceback from the CLI); verify
+    # --json printed Infinity, which is not JSON.
+    result = build(small, 3)
+    big = as_dataset(small.E * 1e160, small.X * 1e160, small.Y)
+    v = verify(result.weights, big)
+    assert not v.passed and v.rank_Z == 0 and not np.isfinite(v.max_abs_error)
+    result.weights.save(tmp_path / "w.npz")
+    (tmp_path / "d.npz").write_bytes(big.to_bytes())
+    code, out, err = run(["verify", tmp_path / "w.npz", tmp_path / "d.npz"], capsys)
+    assert code == 1 and "FAIL" in out and "not finite" in out and "Traceback" not in err, (out, err)
+    code, out, _ = run(["verify", tmp_path / "w.npz", tmp_path / "d.npz", "--json"], capsys)
+    report = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
+    assert code == 1 and report["passed"] is False and report["max_abs_error"] is None
+
+
 # --- high precision --------------------------------------------------------------------------------
 
 def test_weights_at_the_largest_precision_load_back(tmp_path):
