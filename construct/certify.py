@@ -207,7 +207,9 @@ def _interval_claims(weights: Weights, data: Dataset, bits: int) -> dict:
         Z = feature_matrix(E, X, w, iv)                         # the model's own forward pass and
         out = output_from_features(Z, X, w, iv)                 # readout, on intervals
         error_bound = float(iv.magnitude(out - Y).max())
-        claims = {"memorization": {"max_abs_error_bound": error_bound}, "rank": _rank_claim(iv, Z, data.T)}
+        # Beyond float64 (or NaN): no bound a certificate can state (JSON has no infinity).
+        claims = {"memorization": {"max_abs_error_bound": error_bound if math.isfinite(error_bound) else None},
+                  "rank": _rank_claim(iv, Z, data.T)}
         labels = _one_hot_classes(data.Y)
         if labels is not None:
             claims["classification"] = _margin_claim(iv.lower(out), iv.upper(out), labels)

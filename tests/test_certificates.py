@@ -921,3 +921,18 @@ def test_check_reads_only_a_regular_file_and_at_most_a_certificates_size(tmp_pat
     assert done == [2], "still reading" if not done else done
     err = capsys.readouterr().err
     assert "not a regular file" in err or (special == "folder" and "Is a directory" in err), err
+
+
+def test_an_interval_bound_beyond_float64_is_written_as_null_and_checks(tmp_path):
+    # A hostile trial: with data scaled by 1e160 the interval method's bound was beyond float64;
+    # the certificate said null (JSON has no infinity) and --check, recomputing Infinity,
+    # rejected the genuine certificate.
+    from construct import as_dataset, build, synthetic
+    from construct.certify import certify, check_certificate, read_certificate
+    data = synthetic("independent", T=7, n=3, d=4, seed=0)
+    weights = build(data, 3).weights
+    big = as_dataset(data.E * 1e160, data.X * 1e160, data.Y)
+    cert = certify(weights, big, method="interval")
+    assert not cert.passed and cert.claims["memorization"]["max_abs_error_bound"] is None
+    cert.save(tmp_path / "c.json")
+    assert check_certificate(read_certificate((tmp_path / "c.json").read_bytes()), weights, big) == []
