@@ -44,7 +44,7 @@ def _cmd_build(args) -> int:
     from .report import summary_text
 
     tolerance(args.tol, "--tol")                   # named as the option, before any folder is touched
-    _replaceable_folder(args.out, args.data if args.force else None)
+    _replaceable_folder(args.out, args.data)
     certificate = Path(args.out) / CERTIFICATE
     # The folder is locked before the work starts, so a second build into it is refused at once.
     with OutputFolder(args.out, OUTPUTS + (CERTIFICATE,), force=args.force) as out:
@@ -66,8 +66,10 @@ CERTIFICATE = "certificate.json"
 
 def _replaceable_folder(out: Path, data: Path | None) -> None:
     """Refuse an --out folder that build cannot replace as a whole without harm: the current
-    folder or one holding it (the shell would be left in a removed folder), or, with --force,
-    a folder holding the input data file under a name that is not one of build's own."""
+    folder or one holding it (the shell would be left in a removed folder), or a folder holding
+    the input data file anywhere but as its own ``data.npz`` (which build rewrites with the same
+    dataset): under one of build's other names it would be replaced, under any other name
+    removed with the rest of the folder by --force (or refused as a foreign file without it)."""
     folder = Path(os.path.realpath(out))
     here = Path(os.path.realpath(os.getcwd()))
     if folder == here or folder in here.parents:
@@ -76,9 +78,10 @@ def _replaceable_folder(out: Path, data: Path | None) -> None:
                          what="invalid output folder")
     if data is not None:
         source = Path(os.path.realpath(data))
-        if folder in source.parents and not (source.parent == folder and source.name in OUTPUTS):
-            raise InputError(f"--out {str(out)!r} holds the input {str(data)!r}, which --force would remove "
-                             "with the rest of the folder; write into another folder", what="invalid output folder")
+        if folder in source.parents and not (source.parent == folder and source.name == "data.npz"):
+            raise InputError(f"--out {str(out)!r} holds the input {str(data)!r}, which the build would replace or "
+                             "remove with the rest of the folder; write into another folder",
+                             what="invalid output folder")
 
 
 def _not_an_input(out: Path, **inputs: Path | None) -> None:

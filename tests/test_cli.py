@@ -230,7 +230,7 @@ def test_build_refuses_an_empty_out_and_a_forced_folder_that_holds_its_input(tmp
     monkeypatch.chdir(tmp_path)
     data = write(here / "mydata.npz", **good)
     code, _, err = run(["build", data, "--out", here, "--force", "--quiet"], capsys)
-    assert code == 2 and "mydata.npz" in err and "--force would remove" in err
+    assert code == 2 and "mydata.npz" in err and "would replace or remove" in err
     assert data.is_file() and (here / "precious.txt").read_text() == "keep"
     code, _, _ = run(["build", data, "--out", tmp_path / "fine", "--quiet"], capsys)
     assert code == 0
@@ -357,3 +357,17 @@ def test_a_bad_tolerance_is_named_as_the_option(tmp_path, capsys, small_run, com
     code, _, err = run([part.format(**names) for part in command] + ["--tol", "nan"], capsys)
     assert code == 2 and "--tol must be a finite positive number" in err
     assert not (tmp_path / "new").exists() and not (tmp_path / "m.pt").exists()
+
+
+@pytest.mark.parametrize("name, force", [("weights.npz", False), ("report.json", True), ("mine.npz", True)])
+def test_the_input_dataset_inside_out_is_never_replaced(tmp_path, capsys, good, name, force):
+    # A hostile trial: a dataset saved as run/weights.npz (or report.json) and built into run was
+    # replaced by the weights. Only data.npz, which build rewrites with the same dataset, may be.
+    (tmp_path / "run").mkdir()
+    data = write(tmp_path / "run" / name, **good)
+    before = data.read_bytes()
+    code, _, err = run(["build", data, "--out", tmp_path / "run"] + (["--force"] if force else []), capsys)
+    assert code == 2 and name in err and "input" in err, err
+    assert data.read_bytes() == before
+    data = write(tmp_path / "run" / "data.npz", **good)
+    assert run(["build", data, "--out", tmp_path / "run", "--force", "--quiet"], capsys)[0] == 0
