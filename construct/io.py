@@ -19,6 +19,7 @@ import math
 import os
 import secrets
 import shutil
+import stat
 import zipfile
 from pathlib import Path
 from typing import Any, Mapping
@@ -202,6 +203,11 @@ class OutputFolder:
         folder, parent = self.folder, self.folder.parent
         if folder.exists() and not folder.is_dir():
             raise InputError(f"{str(folder)!r} exists and is not a folder", what="invalid output folder")
+        if folder.is_dir() and not folder.stat().st_mode & stat.S_IWUSR:
+            # Its owner took write permission away: a sign to leave it alone (and its old set,
+            # once replaced, could not be removed).
+            raise InputError(f"{str(folder)!r} is write-protected; make it writable (chmod u+w) or choose another "
+                             "folder", what="output folder protected")
         missing = []
         for p in [parent, *parent.parents]:
             if p.exists():

@@ -371,3 +371,20 @@ def test_the_input_dataset_inside_out_is_never_replaced(tmp_path, capsys, good, 
     assert data.read_bytes() == before
     data = write(tmp_path / "run" / "data.npz", **good)
     assert run(["build", data, "--out", tmp_path / "run", "--force", "--quiet"], capsys)[0] == 0
+
+
+def test_a_write_protected_run_folder_is_refused_and_left_as_it_is(tmp_path, capsys, good):
+    # A hostile trial: after `chmod a-w run` a build replaced the folder anyway, and the old set,
+    # a read-only folder, stayed behind for good (.run.mha-construct-…: rmtree cannot empty it).
+    import stat
+    data, run_dir = write(tmp_path / "d.npz", **good), tmp_path / "run"
+    assert run(["build", data, "--out", run_dir, "--quiet"], capsys)[0] == 0
+    before = (run_dir / "weights.npz").read_bytes()
+    run_dir.chmod(stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
+    try:
+        code, _, err = run(["build", data, "--out", run_dir, "--seed", "7", "--force"], capsys)
+        assert code == 2 and "write-protected" in err
+        assert (run_dir / "weights.npz").read_bytes() == before
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["d.npz", "run"]
+    finally:
+        run_dir.chmod(stat.S_IRWXU)
