@@ -24,7 +24,7 @@ from .errors import ConstructionError, InputError
 from .evidence import BuildResult, HeadEvidence, HeadStep, HeadTrace
 from .first_head import first_head
 from .later_head import later_head
-from .limits import integer, require_memory, tolerance
+from .limits import flag, integer, require_memory, tolerance
 from .model import (PRELAYERS, Weights, capacity, feature_matrix, heads_needed, mean_shift, output_from_features,
                     sealed)
 from .partition import partition, refuse_identical_inputs, refusal, remedies, violations
@@ -92,6 +92,7 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
     d_v = data.d_o if value_dim is None else integer(value_dim, "value_dim")
     seed = integer(seed, "seed", 0)
     tol = tolerance(tol)
+    skip, trace = flag(skip, "skip"), flag(trace, "trace")
     if scale not in SCALES:
         raise InputError(f"scale must be one of {', '.join(SCALES)}, got {scale!r}", what="invalid option")
     try:

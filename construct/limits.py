@@ -20,6 +20,8 @@ import math
 import numbers
 import os
 
+import numpy as np
+
 from .errors import InputError
 
 # A compressed archive member may inflate to at most this many times its stored size, once it is
@@ -40,6 +42,17 @@ def integer(value, name: str, minimum: int = 1) -> int:
     if int(value) < minimum:
         raise InputError(f"{name} must be an integer ≥ {minimum}, got {int(value)}", what="invalid option")
     return int(value)
+
+
+def flag(value, name: str) -> bool:
+    """``value`` as a ``bool`` if it is one (Python or NumPy), or the integer 0 or 1.
+
+    Raises:
+        InputError: anything else (a string such as ``"no"`` is not read as True).
+    """
+    if isinstance(value, (bool, np.bool_)) or (isinstance(value, numbers.Integral) and int(value) in (0, 1)):
+        return bool(value)
+    raise InputError(f"{name} must be True or False, got {value!r}", what="invalid option")
 
 
 def tolerance(value, name: str = "tol") -> float:

@@ -219,8 +219,10 @@ def as_weights(W_K, W_Q, W_V, W_O, W_D, skip=False, prelayer=None) -> Weights:
         problems += [f"{name}: {label} = 0 (shape {arr[name].shape}): a model needs at least one {what}"
                      for name, label, size, what in sizes if size == 0]
     skip_arr = np.asarray(skip)
-    if skip_arr.shape != () or skip_arr.dtype.kind not in "bi":
-        problems.append(f"skip: expected a boolean scalar, got {skip_arr.dtype} array of shape {skip_arr.shape}")
+    if skip_arr.shape != () or skip_arr.dtype.kind not in "biu" or (skip_arr.dtype.kind != "b"
+                                                                      and int(skip_arr) not in (0, 1)):
+        problems.append(f"skip: expected a boolean scalar (or 0 or 1), got {skip_arr.dtype} array of shape "
+                        f"{skip_arr.shape}" + (f" holding {skip_arr.item()!r}" if skip_arr.shape == () else ""))
     if prelayer is not None and prelayer not in PRELAYERS:
         problems.append(f"prelayer: unknown layer {prelayer!r}; known: {', '.join(PRELAYERS)}")
     if problems:

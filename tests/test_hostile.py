@@ -168,6 +168,9 @@ def test_a_request_beyond_memory_is_refused_before_allocating(small, tmp_path, c
     (dict(heads=3, precision=MAX_BITS + 1), f"to {MAX_BITS} bits"),
     (dict(heads=3, precision=200.5), "precision must be"),
     (dict(heads=3, precision="many"), "precision must be"),
+    (dict(heads=3, skip="no"), "skip must be True or False"),           # a hostile trial: built with skip on
+    (dict(heads=3, skip=2), "skip must be True or False"),
+    (dict(heads=3, trace="yes"), "trace must be True or False"),
 ])
 def test_bad_api_options_are_refused_never_truncated(small, kwargs, needle):
     with pytest.raises(InputError, match=needle):
@@ -248,6 +251,20 @@ def test_features_that_overflow_fail_verify_instead_of_crashing_it(tmp_path, cap
     code, out, _ = run(["verify", tmp_path / "w.npz", tmp_path / "d.npz", "--json"], capsys)
     report = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
     assert code == 1 and report["passed"] is False and report["max_abs_error"] is None
+
+
+def test_a_weights_file_whose_skip_is_not_a_boolean_is_refused(tmp_path, small):
+    # A hostile trial: skip = 2 in weights.npz was read as True.
+    w = build(small, 3).weights
+    arrays = {k: v for k, v in w.arrays().items()}
+    for bad in (2, -1):
+        arrays["skip"] = np.asarray(bad)
+        (tmp_path / "w.npz").write_bytes(npz_bytes(arrays))
+        with pytest.raises(InputError, match="skip"):
+            load_weights(tmp_path / "w.npz")
+    arrays["skip"] = np.asarray(1)                                     # 0 and 1 are booleans
+    (tmp_path / "w.npz").write_bytes(npz_bytes(arrays))
+    assert load_weights(tmp_path / "w.npz").skip is True
 
 
 # --- high precision --------------------------------------------------------------------------------
