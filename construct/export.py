@@ -93,18 +93,33 @@ def _metadata(w: Weights, dtype: str, report_sha256: str | None) -> dict[str, st
 
 def read_safetensors(path: str | os.PathLike) -> Weights:
     """:class:`Weights` (float64) from a safetensors file written by :func:`export_bytes`."""
-    from safetensors import safe_open
-    with safe_open(str(path), framework="numpy") as f:
-        meta = f.metadata() or {}
-        if meta.get("format") != FORMAT_NAME:
-            raise InputError(f"{path}: not an {FORMAT_NAME} safetensors file (metadata format = "
-                             f"{meta.get('format')!r})", what="invalid weights")
-        arrays = {name: f.get_tensor(name).astype(np.float64) for name in _NAMES}
+    from safetensors import SafetensorError, safe_open
+    try:
+        if not os.path.isfile(path):
+            raise OSError("no such file")
+        with safe_open(str(path), framework="numpy") as f:
+            meta = f.metadata() or {}
+            names = set(f.keys())
+            if meta.get("format") != FORMAT_NAME:
+                raise InputError(f"{path}: not an {FORMAT_NAME} safetensors file (metadata format = "
+                                 f"{meta.get('format')!r})", what="invalid weights")
+            problems = [f"{name}: missing" for name in _NAMES if name not in names]
+            problems += [f"{name}: unexpected tensor" for name in sorted(names - set(_NAMES))]
+            tensors = {name: f.get_tensor(name) for name in _NAMES if name in names}
+    except (SafetensorError, OSError) as exc:
+        raise InputError(f"{path}: not a readable safetensors file ({exc})", what="invalid weights") from None
+    problems += [f"{name}: {a.dtype} tensor, expected float32 or float64" for name, a in tensors.items()
+                 if a.dtype not in (np.float32, np.float64)]
+    if meta.get("skip") not in ("true", "false"):
+        problems.append(f"metadata skip = {meta.get('skip')!r}, expected 'true' or 'false'")
     prelayer = meta.get("prelayer")
     if prelayer is not None and meta.get("prelayer_version") != str(PRELAYER_VERSION):
-        raise InputError(f"{path}: prelayer_version {meta.get('prelayer_version')!r} is not "
-                         f"{PRELAYER_VERSION}, the version this release reads", what="invalid weights")
-    return as_weights(**arrays, skip=meta.get("skip") == "true", prelayer=prelayer)
+        problems.append(f"prelayer_version {meta.get('prelayer_version')!r} is not {PRELAYER_VERSION}, the version "
+                        "this release reads")
+    if problems:
+        raise InputError([f"{path}: {p}" for p in problems], what="invalid weights")
+    arrays = {name: a.astype(np.float64) for name, a in tensors.items()}
+    return as_weights(**arrays, skip=meta["skip"] == "true", prelayer=prelayer)
 
 
 def onnx_model(weights: Weights, dtype: str = "float64"):

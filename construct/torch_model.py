@@ -33,7 +33,7 @@ from torch.nn import functional as F
 
 from .errors import InputError
 from .model import MATRICES as _NAMES
-from .model import Weights, checked_weights
+from .model import Weights, as_weights, checked_weights
 
 
 class MemorizingAttention(nn.Module):
@@ -95,7 +95,32 @@ def from_torch(module: MemorizingAttention) -> Weights:
 
 
 def load_state_dict(state: dict) -> MemorizingAttention:
-    """A module from a state dict (``torch.load(path, weights_only=True)``), shapes read from it."""
+    """A module from a state dict (``torch.load(path, weights_only=True)``), shapes read from it.
+
+    Raises:
+        InputError: a matrix missing, an unexpected entry, a matrix that is not a floating-point
+            tensor of finite values, or a ``skip``/``mean_shift`` that is not one boolean; then
+            the weights' own checks (:func:`construct.model.as_weights`: the shapes).
+    """
+    matrices = tuple(_NAMES)
+    problems = [f"{k}: missing" for k in matrices + ("skip",) if k not in state]
+    problems += [f"{k}: unexpected entry" for k in sorted(set(state) - set(matrices) - {"skip", "mean_shift"})]
+    for k in matrices:
+        v = state.get(k)
+        if v is None:
+            continue
+        if not (isinstance(v, torch.Tensor) and v.is_floating_point()):
+            problems.append(f"{k}: {getattr(v, 'dtype', type(v).__name__)}, expected a floating-point tensor")
+        elif not bool(torch.isfinite(v).all()):
+            problems.append(f"{k}: non-finite values (NaN or inf)")
+    for k in ("skip", "mean_shift"):
+        v = state.get(k)
+        if v is not None and not (isinstance(v, torch.Tensor) and v.dtype == torch.bool and v.dim() == 0):
+            problems.append(f"{k}: expected one boolean (a 0-d bool tensor), got {v!r}"[:200])
+    if problems:
+        raise InputError(problems, what="invalid state dict")
+    # The shapes, through the weights' own validation (float64 on the host; the module keeps the dtype).
+    as_weights(*(state[k].detach().cpu().double().numpy() for k in matrices), skip=bool(state["skip"]))
     H, d, d_h = state["W_K"].shape
     d_v, d_o = state["W_V"].shape[2], state["W_D"].shape[1]
     shift = bool(state.get("mean_shift", False))

@@ -237,3 +237,52 @@ def test_an_unknown_format_is_refused():
         export_bytes(w, "keras")
     with pytest.raises(InputError, match="dtype must be one of float64, float32"):
         export_bytes(w, "onnx", "float16")
+
+
+def test_a_hostile_safetensors_file_is_refused_by_name(built, tmp_path):
+    # A hostile trial: garbage, a truncated file or a missing tensor raised SafetensorError or
+    # FileNotFoundError; bool tensors were cast to float; skip "TRUE" or "yes" became False.
+    import json
+    from safetensors.numpy import save
+    weights, _ = built
+    good = export_bytes(weights, "safetensors")
+    size = int.from_bytes(good[:8], "little")
+    header = json.loads(good[8:8 + size])
+    tensors = {k: v for k, v in weights.arrays().items() if k.startswith("W_")}
+    meta = header["__metadata__"]
+
+    def write(name, payload):
+        (tmp_path / name).write_bytes(payload)
+        return tmp_path / name
+    cases = {
+        "garbage": (write("g.safetensors", b"not a safetensors file at all"), "not a readable safetensors file"),
+        "truncated": (write("t.safetensors", good[:len(good) // 2]), "not a readable safetensors file"),
+        "missing": (tmp_path / "nothing.safetensors", "not a readable safetensors file"),
+        "folder": (tmp_path, "not a readable safetensors file"),
+        "no W_D": (write("m.safetensors", save({k: v for k, v in tensors.items() if k != "W_D"}, metadata=meta)),
+                   "W_D: missing"),
+        "extra": (write("e.safetensors", save({**tensors, "W_X": np.zeros(2)}, metadata=meta)), "W_X: unexpected"),
+        "bool": (write("b.safetensors", save({**tensors, "W_D": tensors["W_D"] > 0}, metadata=meta)),
+                 "W_D: bool"),
+        "skip": (write("s.safetensors", save(tensors, metadata={**meta, "skip": "TRUE"})), "skip"),
+    }
+    for case, (path, needle) in cases.items():
+        with pytest.raises(InputError, match=needle):
+            read_safetensors(path)
+    assert read_safetensors(write("ok.safetensors", good)).H == weights.H
+
+
+def test_a_hostile_state_dict_is_refused_by_name(built):
+    # A hostile trial: a missing key gave KeyError, an extra one or int tensors RuntimeError, and
+    # NaN weights loaded without a word.
+    weights, _ = built
+    state = to_torch(weights).state_dict()
+    cases = [({k: v for k, v in state.items() if k != "W_O"}, "W_O: missing"),
+             ({**state, "W_X": torch.zeros(2)}, "W_X: unexpected"),
+             ({**state, "W_D": state["W_D"].to(torch.int64)}, "W_D: torch.int64"),
+             ({**state, "W_D": state["W_D"] * float("nan")}, "W_D: non-finite"),
+             ({**state, "skip": torch.tensor([True, False])}, "skip")]
+    for bad, needle in cases:
+        with pytest.raises(InputError, match=needle):
+            load_state_dict(bad)
+    assert load_state_dict(state).W_K.shape[0] == weights.H
