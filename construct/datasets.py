@@ -23,7 +23,7 @@ import numpy as np
 
 from .data import Dataset, as_dataset, sinusoidal_encoding
 from .errors import InputError
-from .limits import integer
+from .limits import integer, require_memory
 
 NAMES = ("digits", "tokens")
 
@@ -77,6 +77,8 @@ def tokens(count: int = 200, *, n: int = 8, d: int = 16, vocabulary: int = 64, c
     if n > vocabulary:
         raise InputError(f"n = {n} distinct tokens need a vocabulary of at least n, got {vocabulary}",
                          what="invalid option")
+    # The contexts, queries and one-hot labels, with the indices drawn and a copy on the way.
+    require_memory(8 * 3 * count * (n * d + d + classes), f"a token dataset of {count} sequences")
     E = V[np.array([rng.choice(vocabulary, n, replace=False) for _ in range(count)])]
     X = E[:, -1, :].copy() if query == "last" else np.broadcast_to(_cls(d), (count, d)).copy()
     return as_dataset(E, X, labels=rng.integers(0, classes, count))

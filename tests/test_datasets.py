@@ -85,3 +85,15 @@ def test_cli_build_dataset_digits(tmp_path, capsys):
     assert main(["certify", str(out / "weights.npz"), str(out / "data.npz")]) == 0
     assert main(["build", "--dataset", "digits", "--synthetic", "shared", "--out", str(tmp_path / "x")]) == 2
     assert "--synthetic cannot be given with --dataset" in capsys.readouterr().err
+
+
+def test_a_token_dataset_beyond_memory_is_refused_before_it_is_drawn():
+    # A hostile trial: --dataset tokens --examples 30000000 drew sequences for minutes (one at a
+    # time), grew to 5.7 GB and ended in "out of memory"; 1e8 was still running after 300 s.
+    import time
+    from construct import InputError
+    from construct.datasets import tokens
+    start = time.perf_counter()
+    with pytest.raises(InputError, match="memory"):
+        tokens(10 ** 11, n=8, d=16)
+    assert time.perf_counter() - start < 5
