@@ -133,7 +133,7 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
                        verification=replace(result.verification, device=ran, device_reason=why))
 
     def at_each_precision(problem: Dataset, with_skip: bool, inputs=None) -> BuildResult:
-        return policy.choose(problem, H, chosen, lambda prec, why: at(problem, prec, why, with_skip, inputs))
+        return policy.choose(problem, H, chosen, lambda prec, why: at(problem, prec, why, with_skip, inputs), d_h)
 
     exponents = scaling_exponents(data, bool(skip))
     if exponents is not None:

@@ -69,9 +69,10 @@ def _largest_token_norm(data: Dataset) -> float:
     return top * float(FLOAT64.vector_norm(E / top, axis=2).max())
 
 
-def mp_cost(data: Dataset, H: int) -> int:
-    """Rough count of scalar operations of the mpmath path: forward pass plus the T × T solves."""
-    return data.T * H * data.d * (data.n + data.T)
+def mp_cost(data: Dataset, H: int, d_h: int | None = None) -> int:
+    """Rough count of scalar operations of the mpmath path: forward pass plus the T × T solves,
+    with key/query width ``d_h`` (default ``n``) where it exceeds ``d``."""
+    return data.T * H * max(data.d, d_h or data.n) * (data.n + data.T)
 
 
 def errors_at(weights: Weights, data: Dataset, bits: int) -> tuple[float, float]:
@@ -86,8 +87,9 @@ def errors_at(weights: Weights, data: Dataset, bits: int) -> tuple[float, float]
                 float(np.abs(mp.asarray(out64) - out).max()))
 
 
-def choose(data: Dataset, heads: int, chosen, build_at: Callable):
-    """The build at the precision ``chosen`` (a :class:`Precision`, or ``"auto"``).
+def choose(data: Dataset, heads: int, chosen, build_at: Callable, d_h: int | None = None):
+    """The build at the precision ``chosen`` (a :class:`Precision`, or ``"auto"``), with key/query
+    width ``d_h`` (default ``n``).
 
     ``build_at(prec, why)`` runs the construction at one precision and returns its result.
 
@@ -102,7 +104,7 @@ def choose(data: Dataset, heads: int, chosen, build_at: Callable):
                                         "keeps the rank: the float64 check passed, certify before relying on it")
         return result
     result = None
-    small = mp_cost(data, heads) <= MP_BUDGET
+    small = mp_cost(data, heads, d_h) <= MP_BUDGET
     try:
         result = build_at(F64, "auto: float64 holds the construction")
         ratio = rounding_ratio(result)

@@ -196,3 +196,12 @@ def test_forward_names_inputs_that_do_not_fit_the_weights():
         with pytest.raises(InputError, match=re.escape(needle)):
             forward(E, X, w)
     assert forward(data.E, data.X, w).shape == (7, 1)
+
+
+def test_the_mpmath_budget_counts_a_wide_key_dimension():
+    # A hostile trial: --head-dim 10000 took 204 s (0.04 s at the default), auto's 106-bit check
+    # priced without d_h as if it were small.
+    from construct.policy import MP_BUDGET, mp_cost
+    data = synthetic("independent", T=13, n=4, d=7, seed=0)
+    assert mp_cost(data, 4) <= MP_BUDGET < mp_cost(data, 4, d_h=10_000)
+    assert mp_cost(data, 4, d_h=10_000) == mp_cost(data, 4) * 10_000 // 7
