@@ -270,7 +270,7 @@ def _cmd_certify(args) -> int:
 
 
 def _cmd_teach(args) -> int:
-    from .io import write_atomic
+    from .io import check_file_target, write_atomic
     from .teach import teach
 
     walk = teach(args.heads, args.context, args.dim, seed=args.seed, shared=args.shared, rational=args.rational,
@@ -278,6 +278,9 @@ def _cmd_teach(args) -> int:
     out = None if args.out is None else Path(args.out)
     # Markdown links its figures as SVG files beside it: only where there is a folder to write them.
     figures = walk.figure_names() if args.format == "markdown" and out is not None else []
+    name = {"html": "teach.html", "markdown": "teach.md", "text": "teach.txt"}[args.format]
+    for target in ([] if out is None else [out / f for f in figures] + [out / name]):
+        check_file_target(target, "--out")                # every file, before the first is written
     if args.format == "html":
         payload = walk.html()
     elif args.format == "markdown":
@@ -288,7 +291,6 @@ def _cmd_teach(args) -> int:
     if out is None:
         print(payload, end="")
         return 0
-    name = {"html": "teach.html", "markdown": "teach.md", "text": "teach.txt"}[args.format]
     for fig_name, svg in zip(figures, walk.figures):
         write_atomic(out / fig_name, svg.encode())
     write_atomic(out / name, payload.encode())
@@ -315,7 +317,7 @@ def _cmd_assumptions(args) -> int:
 def _cmd_capacity(args) -> int:
     import importlib.util
 
-    from .io import write_atomic
+    from .io import check_file_target, write_atomic
     from .sweeps import PLOT_SUFFIXES, plot, sweep, to_csv, to_json
 
     # Every file the command will write, as it will name them: with several kinds, a plot per kind.
@@ -328,8 +330,7 @@ def _cmd_capacity(args) -> int:
         if twin is not None:
             raise InputError(f"{str(path)!r} is given to {twin} and {flag}: each output needs its own file",
                              what="invalid arguments")
-        if os.path.isdir(path):
-            raise InputError(f"{flag} {str(path)!r} is a folder: name a file", what="invalid arguments")
+        check_file_target(path, flag)
     odd = [str(p) for p in args.plot or [] if p.suffix.lower() not in PLOT_SUFFIXES]
     if odd:                                                               # before the sweep, not after
         raise InputError(f"--plot {', '.join(odd)}: a plot is written as .svg or .png", what="invalid option")

@@ -95,6 +95,23 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def check_file_target(path: str | os.PathLike, label: str) -> None:
+    """Refuse, before any work, a file output that could not be written: ``path`` is a folder,
+    or the nearest part of it that exists is not a folder (a file where a folder must be).
+
+    Raises:
+        InputError: naming ``label`` (the option) and the path.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{label} {str(path)!r} is a folder: name a file", what="invalid output")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(f"{label} {str(path)!r}: {str(parent)!r} is not a folder", what="invalid output")
+            return
+
+
 def write_atomic(path: str | os.PathLike, payload: bytes) -> None:
     """Write ``payload`` to ``path`` through a hidden temporary file and a rename.
 

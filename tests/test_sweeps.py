@@ -138,3 +138,15 @@ def test_a_plot_is_the_same_bytes_every_time(rows, tmp_path):
 def test_a_zero_head_dimension_is_refused_not_read_as_the_default():
     with pytest.raises(InputError, match="d_h"):
         sweep("H", [1], n=3, d=6, d_h=0)
+
+
+def test_an_output_under_a_file_is_refused_before_anything_is_written(tmp_path, capsys, monkeypatch):
+    # A hostile trial: --csv c.csv --plot file/p.svg wrote c.csv, then failed on the plot.
+    import construct.sweeps as sweeps
+    monkeypatch.setattr(sweeps, "sweep", lambda *a, **k: pytest.fail("the sweep ran"))
+    (tmp_path / "file").write_text("x")
+    code = main(["capacity", "--vary", "H", "--values", "1", "--csv", str(tmp_path / "c.csv"),
+                 "--plot", str(tmp_path / "file" / "p.svg")])
+    err = capsys.readouterr().err
+    assert code == 2 and "file" in err and "not a folder" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]

@@ -462,3 +462,13 @@ def test_the_pre_layer_walkthrough_needs_two_examples_and_says_so(capsys):
     assert main(["teach", "--prelayer", "--heads", "2", "--context", "1", "--dim", "4"]) == 2
     err = capsys.readouterr().err
     assert "at least 2 examples" in err and "--context" in err and "smaller context" not in err
+
+
+@pytest.mark.parametrize("blocked", ["teach-figure-3.svg", "teach.md"])
+def test_markdown_with_a_folder_in_the_way_writes_nothing(tmp_path, capsys, blocked):
+    # A hostile trial: with teach-figure-3.svg a folder, figures 1-2 were written before the
+    # error; with teach.md a folder, all five figures and no teach.md.
+    (tmp_path / blocked).mkdir()
+    assert main(["teach", "--format", "markdown", "--out", str(tmp_path)]) == 2
+    assert blocked in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == [blocked]
