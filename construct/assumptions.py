@@ -18,7 +18,8 @@ from math import comb
 
 import numpy as np
 
-from .data import Dataset
+from .data import Dataset, checked
+from .errors import InputError
 from .limits import integer, require_memory
 from .enclose import gamma
 from .arith import EPS, FLOAT64, numerical_rank
@@ -33,6 +34,9 @@ def kruskal_rank(V: np.ndarray, budget: int = EXACT_BUDGET) -> int | None:
 
     Every subset's rank is decided with :func:`construct.arith.rank_tol`.
     """
+    if np.ndim(V) != 2:
+        raise InputError(f"V: expected the vectors as rows of a matrix (m, d), got shape {np.shape(V)}",
+                         what="invalid arrays")
     m = V.shape[0]
     top = min(m, V.shape[1])
     checked = 0
@@ -179,6 +183,7 @@ def check_assumptions(data: Dataset, trials: int = SAMPLED_TRIALS, seed: int = 0
         InputError: ``trials`` not an integer ≥ 1, ``seed`` or ``budget`` not an integer ≥ 0, or
             the sampled subsets would not fit in memory (with the estimate).
     """
+    data = checked(data)
     trials, seed = integer(trials, "trials"), integer(seed, "seed", 0)
     budget = integer(budget, "budget", 0)
     T, n, d = data.T, data.n, data.d

@@ -370,7 +370,11 @@ def load_npz(path: str | os.PathLike, *, what: str, allowed) -> dict[str, np.nda
     """
     path = Path(path)
     cannot = f"cannot read {what}"
-    if not path.is_file():
+    try:
+        is_file = path.is_file()
+    except OSError:                                   # a name too long, say
+        is_file = False
+    if not is_file:
         raise InputError(f"{what} file {str(path)!r} does not exist or is not a file", what=cannot)
     try:
         archive = zipfile.ZipFile(path)

@@ -351,6 +351,10 @@ def feature_matrix(E, X, weights: Weights, ar: Arithmetic | None = None):
     ``ar``: the arithmetic to evaluate in; by default the weights' own (float64, or mpmath at
     ``weights.bits``), and then ``E`` and ``X`` must be in it too.
     """
+    if not isinstance(weights, Weights):
+        raise InputError(f"weights: expected Weights (construct.as_weights), got {type(weights).__name__}",
+                         what="invalid weights")
+    _check_inputs(E, X, weights.d)
     ar = for_bits(weights.bits) if ar is None else ar
     T, d = X.shape
     with ar.working():
@@ -381,6 +385,9 @@ def forward(E, X, weights: Weights, ar: Arithmetic | None = None):
     Raises:
         InputError: ``E`` (T, n, d) and ``X`` (T, d) do not have those shapes, with the weights' ``d``.
     """
+    if not isinstance(weights, Weights):
+        raise InputError(f"weights: expected Weights (construct.as_weights), got {type(weights).__name__}",
+                         what="invalid weights")
     _check_inputs(E, X, weights.d)
     ar = for_bits(weights.bits) if ar is None else ar
     E, X = layer_inputs(weights, E, X, ar)

@@ -431,3 +431,21 @@ def test_a_read_only_file_system_is_a_clear_write_error(tmp_path, monkeypatch):
     monkeypatch.setattr(Path, "unlink", read_only)
     with pytest.raises(OutputError, match=r"cannot write m\.pt into .*Read-only file system.*nothing was changed"):
         write_atomic(tmp_path / "m.pt", b"payload")
+
+
+def test_the_python_entry_points_name_a_wrong_argument(small):
+    # A hostile trial: feature_matrix(E of 7 examples, X of 3) returned 3 rows; forward(E, X, None),
+    # check_assumptions(an array) and kruskal_rank(a vector) raised AttributeError or IndexError;
+    # load_weights of a 5,000-character name raised OSError.
+    from construct import feature_matrix, forward
+    from construct.assumptions import check_assumptions, kruskal_rank
+    w = build(small, 3).weights
+    cases = [(lambda: feature_matrix(small.E, small.X[:3], w), "E holds 7 contexts but X 3 queries"),
+             (lambda: feature_matrix(small.E[:, :, :3], small.X, w), "E: expected shape"),
+             (lambda: forward(small.E, small.X, None), "weights"),
+             (lambda: check_assumptions(small.E), "dataset"),
+             (lambda: kruskal_rank(np.ones(3)), "V: expected"),
+             (lambda: load_weights("x" * 5000), "does not exist or is not a file")]
+    for call, needle in cases:
+        with pytest.raises(InputError, match=needle):
+            call()
