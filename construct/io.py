@@ -395,11 +395,11 @@ def load_npz(path: str | os.PathLike, *, what: str, allowed) -> dict[str, np.nda
         for info in infos:
             key = info.filename[:-4]
             try:
-                nbytes = _member_size(archive, info)
+                nbytes, converted = _member_size(archive, info)
             except ValueError as exc:
                 problems.append(f"array {key!r} in {str(path)!r}: {exc}")
                 continue
-            total += nbytes
+            total += nbytes + converted
             if (info.compress_type != zipfile.ZIP_STORED and nbytes > INFLATION_FLOOR
                     and nbytes > MAX_INFLATION * max(info.compress_size, 1)):
                 problems.append(f"array {key!r} in {str(path)!r} inflates from {gib(info.compress_size)} to "
@@ -423,8 +423,9 @@ def load_npz(path: str | os.PathLike, *, what: str, allowed) -> dict[str, np.nda
     return out
 
 
-def _member_size(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> int:
-    """Bytes of the array an ``.npy`` member holds, from its header alone.
+def _member_size(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple[int, int]:
+    """Bytes of the array an ``.npy`` member holds, from its header alone, and of the float64
+    copy validation makes of an array of another dtype (0 for float64).
 
     Raises:
         ValueError: not an ``.npy`` header, an object dtype, or a declared size that differs.
@@ -449,4 +450,4 @@ def _member_size(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> int:
     if info.file_size != header + nbytes:
         raise ValueError(f"its header declares {gib(nbytes)} of data but the member holds "
                          f"{gib(max(info.file_size - header, 0))}: a damaged or forged archive")
-    return nbytes
+    return nbytes, 0 if dtype == np.float64 else 8 * math.prod(shape)

@@ -449,3 +449,16 @@ def test_the_python_entry_points_name_a_wrong_argument(small):
     for call, needle in cases:
         with pytest.raises(InputError, match=needle):
             call()
+
+
+def test_a_small_integer_file_is_sized_as_the_float64_arrays_it_becomes(tmp_path, monkeypatch):
+    # A hostile trial: an int8 .npz of 3.9 GB passed the size check and needed 31 GB once
+    # converted to float64: "out of memory" at the end instead of a refusal with the estimate.
+    import construct.io as cio
+    rng = np.random.default_rng(0)
+    T, n, d = 2000, 8, 64                                              # 1 MB of int8 contexts
+    E = rng.integers(-5, 6, (T, n, d), dtype=np.int8)
+    np.savez(tmp_path / "d.npz", E=E, X=E[:, 0, :], Y=np.zeros((T, 1), dtype=np.int8))
+    monkeypatch.setattr(cio, "available_memory", lambda: 4 * 2**20)   # room for the int8, not the float64
+    with pytest.raises(InputError, match="memory"):
+        load_dataset(tmp_path / "d.npz")
