@@ -98,10 +98,12 @@ def _clearly_full_rank(E: np.ndarray) -> np.ndarray:
     T, n, d = E.shape
     if T == 0:
         return np.zeros(0, dtype=bool)
-    G = E @ E.transpose(0, 2, 1)
-    fro2 = np.trace(G, axis1=1, axis2=2) * (1 + gamma(d))       # ≥ ‖E^(t)‖_F²
-    tau = (2 * max(n, d) * EPS) ** 2 * fro2 + 2 * (gamma(d) + gamma(n + 1)) * fro2
-    if not FLOAT64.positive_definite(G - tau[:, None, None] * np.eye(n)):
+    with np.errstate(over="ignore", invalid="ignore"):     # beyond float64: not certified here
+        G = E @ E.transpose(0, 2, 1)
+        fro2 = np.trace(G, axis1=1, axis2=2) * (1 + gamma(d))       # ≥ ‖E^(t)‖_F²
+        tau = (2 * max(n, d) * EPS) ** 2 * fro2 + 2 * (gamma(d) + gamma(n + 1)) * fro2
+        shifted = G - tau[:, None, None] * np.eye(n)
+    if not (np.all(np.isfinite(shifted)) and FLOAT64.positive_definite(shifted)):
         return np.zeros(T, dtype=bool)
     return fro2 > 0
 

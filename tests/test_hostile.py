@@ -462,3 +462,13 @@ def test_a_small_integer_file_is_sized_as_the_float64_arrays_it_becomes(tmp_path
     monkeypatch.setattr(cio, "available_memory", lambda: 4 * 2**20)   # room for the int8, not the float64
     with pytest.raises(InputError, match="memory"):
         load_dataset(tmp_path / "d.npz")
+
+
+def test_assumptions_on_data_near_float64s_limit_prints_no_warning(tmp_path, small):
+    # A hostile trial: data near 1e300 printed NumPy's overflow warnings (the Gram matrices of the
+    # quick A2 test overflow; the singular values then decide, as they should).
+    big = as_dataset(small.E * 1e300, small.X * 1e300, small.Y)
+    (tmp_path / "d.npz").write_bytes(big.to_bytes())
+    done = cli("assumptions", tmp_path / "d.npz", "--report-only")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert "A2                holds" in done.stdout
