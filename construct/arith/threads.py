@@ -7,6 +7,7 @@ may run in parallel (``Arithmetic.rows``) and never how.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 from concurrent.futures import ThreadPoolExecutor, wait
 
@@ -109,7 +110,9 @@ def together(first, second, parallel: bool) -> tuple:
         return first(), second()
     if _helper is None:
         _helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mha-construct")
-    pending = _helper.submit(first)
+    # In the caller's context: NumPy's error state (np.errstate) is a context variable, and the
+    # helper's half of a pass must treat overflow as the caller's half does.
+    pending = _helper.submit(contextvars.copy_context().run, first)
     try:
         out = second()
     finally:                                        # never leave the helper writing after an error
