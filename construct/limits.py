@@ -45,11 +45,13 @@ def integer(value, name: str, minimum: int = 1) -> int:
 
 
 def flag(value, name: str) -> bool:
-    """``value`` as a ``bool`` if it is one (Python or NumPy), or the integer 0 or 1.
+    """``value`` as a ``bool`` if it is one (Python or NumPy, a 0-d array too), or the integer 0 or 1.
 
     Raises:
         InputError: anything else (a string such as ``"no"`` is not read as True).
     """
+    if isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "biu":
+        value = value.item()                             # a 0-d array: what np.load gives for a scalar
     if isinstance(value, (bool, np.bool_)) or (isinstance(value, numbers.Integral) and int(value) in (0, 1)):
         return bool(value)
     raise InputError(f"{name} must be True or False, got {value!r}", what="invalid option")

@@ -113,7 +113,7 @@ def arrays(**named) -> tuple[np.ndarray, ...]:
             raw = np.asarray(value)
             if raw.dtype.kind in "biufO":                   # not strings or dates, never complex
                 a = np.asarray(raw, dtype=float)
-        except (TypeError, ValueError):                    # ragged, or objects that are no numbers
+        except (TypeError, ValueError, OverflowError):     # ragged, objects that are no numbers, 10**400
             raw = None
         if a is None:
             kind = "complex values" if raw is not None and raw.dtype.kind == "c" else "not an array of real numbers"
@@ -136,19 +136,25 @@ def arrays(**named) -> tuple[np.ndarray, ...]:
 
 
 def real(value, name: str) -> float:
-    """``value`` as a ``float`` if it is a real number (Python or NumPy; not a bool, a string or
-    a complex number); NaN and infinities pass, for the check to judge.
+    """``value`` as a ``float`` if it is a real number: Python's or NumPy's (a 0-d array too), a
+    ``Fraction``, an mpmath number; not a bool, a string or a complex number. NaN and infinities
+    pass, for the check to judge.
 
     Raises:
         InputError: anything else, naming ``name``.
     """
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+    if isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "iuf":
+        value = value.item()
+    if isinstance(value, (bool, np.bool_, str, bytes, complex, np.complexfloating, np.ndarray)):
         raise InputError(f"{name} must be a real number, got {value!r} ({type(value).__name__})",
                          what="invalid option")
     try:
         return float(value)
     except OverflowError:                              # an integer beyond float's range
         return float("inf") if value > 0 else float("-inf")
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be a real number, got {value!r} ({type(value).__name__})",
+                         what="invalid option") from None
 
 
 def one_blas_thread(check):

@@ -9,7 +9,7 @@ import numpy as np
 
 from construct.arith import numerical_rank
 
-from .check import Check, one_blas_thread
+from .check import Check, arrays, one_blas_thread
 
 STATEMENT = "Lemma 5"
 
@@ -17,7 +17,8 @@ STATEMENT = "Lemma 5"
 @one_blas_thread
 def check(A: np.ndarray, B: np.ndarray) -> Check:
     """Lemma 5 for matrices ``A`` and ``B`` of one shape."""
-    A, B = np.atleast_2d(np.asarray(A, dtype=float)), np.atleast_2d(np.asarray(B, dtype=float))
+    # Each its own axes: a shape mismatch fails a hypothesis, not the input.
+    A, B = arrays(A=(np.atleast_2d(A), "p q"), B=(np.atleast_2d(B), "p2 q2"))
     if A.shape != B.shape:
         return Check(STATEMENT, {"same shape": False}, None, {"shape_A": A.shape, "shape_B": B.shape})
     rank_A, s_A = numerical_rank(A)

@@ -474,3 +474,11 @@ def test_assumptions_on_data_near_float64s_limit_prints_no_warning(tmp_path, sma
     done = cli("assumptions", tmp_path / "d.npz", "--report-only")
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert "A2                holds" in done.stdout
+
+
+def test_a_zero_dimensional_boolean_array_is_a_boolean(small):
+    # A review: np.load(...)["skip"] is a 0-d array; build refused it where as_weights took it.
+    assert build(small, 3, skip=np.array(False)).weights.skip is False
+    assert build(small, 3, skip=np.array(True)).weights.skip is True
+    with pytest.raises(InputError, match="skip must be True or False"):
+        build(small, 3, skip=np.array([True]))

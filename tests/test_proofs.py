@@ -574,3 +574,27 @@ def test_the_checks_run_their_linear_algebra_on_one_blas_thread(monkeypatch):
     assert proofs.lemma1.check([[1.0]], [[2.0]], [[1.0]]).confirmed
     assert proofs.prop1.check(synthetic("independent", T=7, n=3, d=4, seed=0), 3).confirmed
     assert seen and set(seen) == {1}
+
+
+def test_scalars_of_any_real_kind_are_accepted_and_lemma5_validates_its_arrays():
+    # A review of the validators: a 0-d array, a Fraction or an mpmath number for c or α was
+    # refused; Lemma 5 cast complex input to its real part and let strings and NaN reach NumPy
+    # and SciPy; an integer beyond float64 raised OverflowError from arrays().
+    from fractions import Fraction
+    import mpmath
+    from construct.errors import InputError
+    E, X, W, Wp = proofs.lemma4.extremal(3, 4, 1.0, 0.5)
+    for c in (np.array(40.0), Fraction(40), mpmath.mpf(40), np.float32(40)):
+        assert proofs.lemma4.check(E, X, W, Wp, c).confirmed, c
+    assert proofs.lemma2.check(np.eye(3), np.array(0.5)).confirmed
+    for bad, needle in [(np.array([1.0, 2.0]), "c must be a real number"), (True, "c must be a real number")]:
+        with pytest.raises(InputError, match=needle):
+            proofs.lemma4.check(E, X, W, Wp, bad)
+    for args, needle in [((np.array([[1 + 2j]]), [[1.0]]), "A: complex"), (([["a"]], [["b"]]), "A: not an array"),
+                         (([[np.nan]], [[1.0]]), "A: non-finite")]:
+        with pytest.raises(InputError, match=re.escape(needle)):
+            proofs.lemma5.check(*args)
+    assert proofs.lemma5.check([[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.1], [0.0, 1.0]]).confirmed
+    assert proofs.lemma5.check([[1.0, 0.0]], [[1.0], [0.0]]).failed == ["same shape"]
+    with pytest.raises(InputError, match="A: not an array of real numbers"):
+        proofs.lemma1.check([[10 ** 400]], [[1]], [[1]])
