@@ -351,10 +351,7 @@ def feature_matrix(E, X, weights: Weights, ar: Arithmetic | None = None):
     ``ar``: the arithmetic to evaluate in; by default the weights' own (float64, or mpmath at
     ``weights.bits``), and then ``E`` and ``X`` must be in it too.
     """
-    if not isinstance(weights, Weights):
-        raise InputError(f"weights: expected Weights (construct.as_weights), got {type(weights).__name__}",
-                         what="invalid weights")
-    _check_inputs(E, X, weights.d)
+    _check_inputs(E, X, weights)
     ar = for_bits(weights.bits) if ar is None else ar
     T, d = X.shape
     with ar.working():
@@ -385,17 +382,19 @@ def forward(E, X, weights: Weights, ar: Arithmetic | None = None):
     Raises:
         InputError: ``E`` (T, n, d) and ``X`` (T, d) do not have those shapes, with the weights' ``d``.
     """
-    if not isinstance(weights, Weights):
-        raise InputError(f"weights: expected Weights (construct.as_weights), got {type(weights).__name__}",
-                         what="invalid weights")
-    _check_inputs(E, X, weights.d)
+    _check_inputs(E, X, weights)
     ar = for_bits(weights.bits) if ar is None else ar
     E, X = layer_inputs(weights, E, X, ar)
     return output_from_features(feature_matrix(E, X, weights, ar), X, weights, ar)
 
 
-def _check_inputs(E, X, d: int) -> None:
-    """Raise :class:`InputError` unless ``E`` is (T, n, d) and ``X`` (T, d), with ``n ≥ 1``."""
+def _check_inputs(E, X, weights: Weights) -> None:
+    """Raise :class:`InputError` unless ``weights`` are :class:`Weights`, ``E`` is (T, n, d) and
+    ``X`` (T, d) with the weights' ``d``, and ``n ≥ 1``."""
+    if not isinstance(weights, Weights):
+        raise InputError(f"weights: expected Weights (construct.as_weights), got {type(weights).__name__}",
+                         what="invalid weights")
+    d = weights.d
     E_shape, X_shape = tuple(getattr(E, "shape", ())), tuple(getattr(X, "shape", ()))
     problems = []
     if len(E_shape) != 3 or E_shape[1:] == () or E_shape[1] < 1 or E_shape[2] != d:
