@@ -742,18 +742,21 @@ def rank_figure(ranks: list[int], k: int) -> str:
 def attention_figure(S: np.ndarray, head: int, group: range, saturated: np.ndarray,
                      j_star: np.ndarray | None = None) -> str:
     """Head ``head``'s attention (T × n heat map, one row per example, one column per token, with
-    a colour scale): its group outlined in red, the earlier examples it saturates labelled and,
+    a colour scale; beyond :data:`_FIGURE_ROWS` examples, the rows :func:`_shown_rows` picks): its
+    group outlined in red, the earlier examples it saturates labelled and,
     given ``j_star``, the token each earlier example saturates to outlined in orange."""
     S = np.asarray(S, dtype=float)
     T, n = S.shape
+    rows = _shown_rows(T, group)
+    at = {t: i for i, t in enumerate(rows) if isinstance(t, int)}      # example → its row in the figure
     cw = int(min(96, max(40, math.ceil(288 / n))))
-    ch = 28 if T <= 14 else 20
+    ch = 28 if len(rows) <= 14 else 20
     status = ["fit" if t in group else ("saturated" if saturated[t] else ("earlier" if t < group.start else ""))
               for t in range(T)]
     title = f"Head {head}: attention weights"
     subtitle = "row t: softmax over the n tokens of example t"
     L, top = 60, 58
-    gw, gh = n * cw, T * ch
+    gw, gh = n * cw, len(rows) * ch
     sx = L + gw + 8                                                      # status labels
     W = max(sx + text_width("saturated", 12) + 8, text_width(title, 15) + 20, text_width(subtitle, 12) + 20)
     by = top + gh + 56                                                   # colour scale, under the grid
@@ -764,24 +767,30 @@ def attention_figure(S: np.ndarray, head: int, group: range, saturated: np.ndarr
             + "".join(f"<stop offset='{v:g}' stop-color='{_colour(v)}'/>" for v, _ in _RAMP)
             + "</linearGradient></defs>",
             _t(W / 2, 40, subtitle, 12, "middle", fill="#555")]
-    for t in range(T):
+    for i, t in enumerate(rows):
+        if not isinstance(t, int):                                       # a gap: examples left out
+            body.append(_t(L + gw / 2, top + i * ch + ch / 2 + 4.5, f"⋮ {t[1] - t[0]} examples not shown "
+                           f"({t[0]}–{t[1] - 1})", 12, "middle", fill="#555"))
+            continue
         for j in range(n):
             v = float(S[t, j])
-            cx, cy = L + j * cw, top + t * ch
+            cx, cy = L + j * cw, top + i * ch
             body.append(f"<rect x='{cx}' y='{cy}' width='{cw}' height='{ch}' fill='{_colour(v)}' stroke='#fff'/>")
             if ch >= 20:
                 body.append(_t(cx + cw / 2, cy + ch / 2 + 4.5, f"{v:.2f}", 12, "middle",
                                fill="#fff" if v > 0.55 else _INK))
-        body.append(_t(L - 8, top + t * ch + ch / 2 + 4.5, str(t), 13, "end"))
+        body.append(_t(L - 8, top + i * ch + ch / 2 + 4.5, str(t), 13, "end"))
         if status[t]:
-            body.append(_t(sx, top + t * ch + ch / 2 + 4.5, status[t], 12,
+            body.append(_t(sx, top + i * ch + ch / 2 + 4.5, status[t], 12,
                            fill=_RED if status[t] == "fit" else "#555",
                            **({"font_weight": "bold"} if status[t] == "fit" else {})))
     if j_star is not None:                                               # where earlier examples saturate
         for t, j in enumerate(np.asarray(j_star)[:group.start]):
-            body.append(f"<rect x='{L + int(j) * cw + 2}' y='{top + t * ch + 2}' width='{cw - 4}' "
-                        f"height='{ch - 4}' fill='none' stroke='{_ORANGE}' stroke-width='3'/>")
-    body.append(f"<rect x='{L}' y='{top + group.start * ch}' width='{gw}' height='{len(group) * ch}' "
+            if t in at:
+                body.append(f"<rect x='{L + int(j) * cw + 2}' y='{top + at[t] * ch + 2}' width='{cw - 4}' "
+                            f"height='{ch - 4}' fill='none' stroke='{_ORANGE}' stroke-width='3'/>")
+    first, last = at[group.start], at[group.stop - 1]
+    body.append(f"<rect x='{L}' y='{top + first * ch}' width='{gw}' height='{(last - first + 1) * ch}' "
                 f"fill='none' stroke='{_RED}' stroke-width='3'/>")
     for j in range(n):                                                   # token axis
         body.append(_line(L + j * cw + cw / 2, top + gh, L + j * cw + cw / 2, top + gh + 4))
@@ -800,7 +809,35 @@ def attention_figure(S: np.ndarray, head: int, group: range, saturated: np.ndarr
     if j_star is not None and group.start:
         desc += (" Orange outline: the token j*(t) onto which each earlier example saturates; 'saturated' "
                  "marks the earlier examples whose weight there is above 0.5.")
+    if len(at) < T:
+        desc += (f" {len(at)} of the {T} examples are shown: the first few, those just before and after the "
+                 "group, and the group's own (or its first and last ones).")
     return _svg(W, height, body, title, desc)
+
+
+# An attention figure draws every example up to this many rows; beyond, the rows that tell the
+# story (a figure of a thousand rows drew 11 MB of SVG and was unreadable).
+_FIGURE_ROWS = 48
+
+
+def _shown_rows(T: int, group: range) -> list:
+    """The rows of an attention figure, in order: example indices, and ``(a, b)`` for the examples
+    ``a..b−1`` left out. All of them up to :data:`_FIGURE_ROWS`; otherwise the first four, the six
+    before the group, the group (its first and last sixteen when longer than 32), the four after it
+    and the last."""
+    if T <= _FIGURE_ROWS:
+        return list(range(T))
+    members = list(group) if len(group) <= 32 else list(group[:16]) + list(group[-16:])
+    keep = (set(range(min(4, T))) | set(range(max(0, group.start - 6), group.start)) | set(members)
+            | set(range(group.stop, min(T, group.stop + 4))) | {T - 1})
+    rows: list = []
+    prev = -1
+    for t in sorted(keep):
+        if t > prev + 1:
+            rows.append((prev + 1, t))
+        rows.append(t)
+        prev = t
+    return rows
 
 
 def _tick_label(v: float) -> str:

@@ -472,3 +472,21 @@ def test_markdown_with_a_folder_in_the_way_writes_nothing(tmp_path, capsys, bloc
     assert main(["teach", "--format", "markdown", "--out", str(tmp_path)]) == 2
     assert blocked in capsys.readouterr().err
     assert [p.name for p in tmp_path.iterdir()] == [blocked]
+
+
+def test_an_attention_figure_of_many_examples_shows_a_readable_few(tmp_path):
+    # A hostile trial: at the size limit each figure drew every example (T × n cells with their
+    # values): 11 MB per figure, a 724 MB page. A figure now shows the head's group, the
+    # examples around it and the first few, and says how many it leaves out.
+    rng = np.random.default_rng(0)
+    T, n = 993, 32
+    S = rng.dirichlet(np.ones(n), T)
+    group = range(900, 931)
+    svg = attention_figure(S, 30, group, np.arange(T) < 900, rng.integers(0, n, T))
+    _check_svg(svg)
+    assert len(svg) < 600_000
+    labels = set(re.findall(r">(\d+)</text>", svg))
+    assert {str(t) for t in group} <= labels and {"0", "899", "931"} <= labels and "500" not in labels
+    assert "examples not shown" in svg
+    small = attention_figure(S[:20], 3, range(10, 15), np.arange(20) < 10, rng.integers(0, n, 20))
+    assert "not shown" not in small and {str(t) for t in range(20)} <= set(re.findall(r">(\d+)</text>", small))
