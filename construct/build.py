@@ -24,7 +24,7 @@ from .errors import ConstructionError, InputError
 from .evidence import BuildResult, HeadEvidence, HeadStep, HeadTrace
 from .first_head import first_head
 from .later_head import later_head
-from .limits import flag, integer, require_memory, tolerance
+from .limits import allowed_error, flag, integer, require_memory, tolerance
 from .model import (PRELAYERS, Weights, capacity, feature_matrix, heads_needed, mean_shift, output_from_features,
                     sealed)
 from .partition import partition, refuse_identical_inputs, refusal, remedies, violations
@@ -285,7 +285,7 @@ def _refined(ar: Arithmetic, ws: Workspace, data: Dataset, tol: float, B, weight
     (:func:`construct.accurate.changed_outputs`), not a second pass. Returns the weights and
     their outputs (None when float64's rounding stayed small).
     """
-    allowed = tol * max(1.0, float(np.abs(data.Y).max()))
+    allowed = allowed_error(tol, float(np.abs(data.Y).max()))
     E, X = data.E[0], data.X
     if not rounding_visible(weights, E, X, ar.to_host(output_from_features(ws.Z, ws.X, weights.map(ar.asarray), ar)),
                             allowed):

@@ -202,5 +202,5 @@ def float32_error(weights: Weights, data: Dataset) -> dict:
         w32 = weights.map(lambda a: FLOAT64.to_host(a).astype(np.float32))
         out = forward(data.E.astype(np.float32), data.X.astype(np.float32), w32).astype(np.float64)
         err = float(np.abs(out - data.Y).max()) if np.all(np.isfinite(out)) else float("inf")
-    allowed = FLOAT32_TOL * max(1.0, float(np.abs(data.Y).max()))
+    allowed = allowed_error(FLOAT32_TOL, float(np.abs(data.Y).max()))
     return {"max_abs_error": err, "tol": allowed, "survives": bool(err <= allowed)}
