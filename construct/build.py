@@ -65,7 +65,9 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
         progress: called as ``progress(head, heads_used)`` after each head.
         precision: ``"auto"`` (float64 while docs/math.md §5's predicted rounding stays below what
             keeps the rank and the labels, otherwise mpmath at the bits that prediction asks
-            for), ``"float64"``, a number of bits, or a :class:`Precision`.
+            for), ``"float64"``, a number of bits, or a :class:`Precision`. A number of bits runs
+            at any size; beyond the budget at which auto uses mpmath (``policy.MP_BUDGET``) it can
+            take hours, and ``precision_reason`` says how far beyond.
         trace: keep every head's arrays (:class:`HeadTrace`) in the result, for checking the
             steps against the paper's statements (``proofs``) and for teaching; O(T²) memory.
         device: ``"cpu"`` (default: weights reproducible bit for bit on a given machine),

@@ -152,6 +152,8 @@ def _build_into(args, out) -> dict:
         source = {"source": f"synthetic {kind}", "synthetic": {"kind": kind, "T": T, "n": n, "d": d,
                                                                "d_o": data.d_o, "seed": args.seed,
                                                                "positional": args.positional}}
+    if not args.quiet:
+        _announce_mpmath_size(data, heads, args.head_dim, args.precision)
     progress = None if args.quiet else _progress_printer(sys.stderr)
     result = build(data, heads, head_dim=args.head_dim, value_dim=args.value_dim, skip=args.skip,
                    seed=args.seed, tol=args.tol, scale=args.scale, precision=args.precision, progress=progress,
@@ -161,6 +163,24 @@ def _build_into(args, out) -> dict:
                           weights_sha256=sha256(weights_bytes), total_seconds=time.perf_counter() - started)
     out.publish({"weights.npz": weights_bytes, "data.npz": data_bytes, "report.json": json_bytes(report)})
     return report
+
+
+def _announce_mpmath_size(data, heads: int, head_dim, precision: str) -> None:
+    """An explicit mpmath precision runs at any size; beyond the size at which auto would use it,
+    say so before a run that can take hours. A bad value is left to ``build`` to refuse."""
+    from .policy import mpmath_size
+    from .precision import parse
+    try:
+        chosen = parse(precision)
+    except ValueError:
+        return
+    if chosen == "auto" or chosen.is_float64:
+        return
+    beyond = mpmath_size(data, heads, head_dim)
+    if beyond is not None:
+        print(f"mha-construct build: note: mpmath at {chosen.bits} bits on a problem {beyond}; its time grows "
+              "faster than that count, so expect a long run (Ctrl-C stops it and writes nothing)",
+              file=sys.stderr)
 
 
 def _device_option(parser) -> None:
@@ -407,7 +427,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
     b.add_argument("--precision", default="auto", metavar="{auto,float64,BITS}",
                    help="arithmetic of the construction: auto (float64 unless docs/math.md §5 predicts it "
-                        "cannot hold it), float64, or mpmath with BITS bits (default auto)")
+                        "cannot hold it), float64, or mpmath with BITS bits, at any size: a note on stderr "
+                        "when that is beyond the size auto uses mpmath for (default auto)")
     b.add_argument("--scale", choices=SCALES, default="rank",
                    help="saturation scales: the smallest that keeps the rank (default), the smallest that "
                         "keeps the proof's saturation argument, or the explicit bound of docs/math.md §4.4.5; "

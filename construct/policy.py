@@ -75,6 +75,18 @@ def mp_cost(data: Dataset, H: int, d_h: int | None = None) -> int:
     return data.T * H * max(data.d, d_h or data.n) * (data.n + data.T)
 
 
+def mpmath_size(data: Dataset, H: int, d_h: int | None = None) -> str | None:
+    """How far a problem is beyond :data:`MP_BUDGET`, in words, or ``None`` within it: for an
+    explicit mpmath precision, which runs at any size (auto would not use mpmath there)."""
+    cost = mp_cost(data, H, d_h)
+    if cost <= MP_BUDGET:
+        return None
+    times = cost / MP_BUDGET
+    return (f"{times:.1f}x" if times < 10 else f"{times:,.0f}x") + (
+        f" the largest size at which auto uses mpmath (T·H·max(d, d_h)·(n + T) = {cost:,}, "
+        f"against {MP_BUDGET:,})")
+
+
 def errors_at(weights: Weights, data: Dataset, bits: int) -> tuple[float, float]:
     """For float64 weights: ``max |f − y|`` with ``f`` evaluated at ``bits`` bits (their exact
     model, nearly), and ``max |f_64 − f|``, the rounding of numpy's float64 forward pass."""
@@ -99,6 +111,9 @@ def choose(data: Dataset, heads: int, chosen, build_at: Callable, d_h: int | Non
     """
     if chosen != "auto":
         result = build_at(chosen, "requested")
+        beyond = None if chosen.is_float64 else mpmath_size(data, heads, d_h)
+        if beyond is not None:
+            result.precision_reason += f"; {beyond}"
         if chosen.is_float64 and rounding_ratio(result) > 1:
             result.precision_reason += (f"; docs/math.md §5 predicts rounding {rounding_ratio(result):.3g}x what "
                                         "keeps the rank: the float64 check passed, certify before relying on it")

@@ -388,3 +388,22 @@ def test_a_write_protected_run_folder_is_refused_and_left_as_it_is(tmp_path, cap
         assert sorted(p.name for p in tmp_path.iterdir()) == ["d.npz", "run"]
     finally:
         run_dir.chmod(stat.S_IRWXU)
+
+
+def test_explicit_bits_beyond_the_mpmath_budget_say_so_before_the_build(tmp_path, capsys, monkeypatch):
+    """--precision BITS is honoured at any size, but a run that auto would never make at that
+    precision is announced on stderr first (it can take hours), and the report says why."""
+    import construct.policy as policy
+    argv = ["build", "--heads", "2", "--context", "4", "--dim", "8", "--precision", "64"]
+    code, _, err = run(argv + ["--out", tmp_path / "a"], capsys)          # 7·2·8·(4+7) = 1232
+    assert code == 0 and "budget" not in err
+    monkeypatch.setattr(policy, "MP_BUDGET", 1000)
+    code, _, err = run(argv + ["--out", tmp_path / "b"], capsys)
+    assert code == 0
+    assert "1.2x the largest size at which auto uses mpmath" in err and "Ctrl-C" in err
+    rep = json.loads((tmp_path / "b" / "report.json").read_text())
+    assert "requested; 1.2x the largest size at which auto uses mpmath" in rep["precision"]["why"]
+    code, _, err = run(argv + ["--quiet", "--out", tmp_path / "c"], capsys)
+    assert code == 0 and err == ""
+    code, _, err = run(argv[:-1] + ["float64", "--out", tmp_path / "d"], capsys)
+    assert code == 0 and "budget" not in err and "auto uses mpmath" not in err
