@@ -1,32 +1,42 @@
-"""The model's outputs where float64's own rounding reaches the tolerance (shared contexts).
+"""The model's outputs where float64's own rounding reaches the tolerance.
 
-On a shared context the construction's later heads have large scales, so the logits are large
-and their rounding (about ``u·|ℓ|``) moves the softmax weights by far more than ``u``. The
-readout, solved against the float64 ``Z``, then reproduces the labels for *that* ``Z`` while the
-exact model (and any other float64 evaluation, in another order of operations) is off by up to
-about a thousand times more: at H = 256 (n = 32, d = 64) the float64 forward pass reports 7e-12
-and the exact model's error is 2.2e-8, above the default tolerance.
+Two kinds of data make float64's rounding of the logits far larger than ``u·|ℓ|``:
 
-Two tools, both for float64 weights on a shared context:
+- **Shared contexts.** The construction's later heads have large scales, so the logits are
+  large and their rounding (about ``u·|ℓ|``) moves the softmax weights by far more than ``u``.
+  At H = 256 (n = 32, d = 64) the float64 forward pass reports 7e-12 and the exact model's error
+  is 2.2e-8, above the default tolerance.
+- **Square contexts** (``n = d``, independent). Claim 1's key map ``U (X_S^T X_S)^{-1} X_S^T``
+  is as ill-conditioned as the group's ``n`` queries in ``d = n`` dimensions, so its products
+  cancel: at H = 4, n = d = 64 the float64 forward pass reports 6e-15 and the exact model's
+  error is 1.1e-7.
+
+In both, the readout, solved against the float64 ``Z``, reproduces the labels for *that* ``Z``
+while the exact model (and any other float64 evaluation, in another order of operations) is off
+by far more. Two tools, for float64 weights:
 
 - :func:`rounding_visible`: evaluate the model a second time in another order of operations
-  (the logits as ``X · (W_Q W_K^T E^T)`` instead of ``E (W_K (W_Q^T x))``, the values folded before
-  the softmax); where the two float64 evaluations differ by more than a fraction of the
-  tolerance, float64 cannot tell whether the labels hold. The cost is one more forward pass.
-  It is a detector, not a bound: the certificate is what proves.
-- :func:`outputs`: then the outputs in double words (:func:`construct.dword.shared_outputs`),
-  within about ``u²·cond`` of the exact model: what ``verify`` reports, and the residual the build
-  refines its readout against (one step of iterative refinement, the residual computed in double
-  words, the correction solved with the float64 factor the construction already has).
+  (on a shared context the logits as ``X · (W_Q W_K^T E^T)``, on independent ones as
+  ``E ((W_K W_Q^T) x)``, instead of ``E (W_K (W_Q^T x))``; the values folded before the
+  softmax); where the two float64 evaluations differ by more than a fraction of the tolerance,
+  float64 cannot tell whether the labels hold. The cost is one more forward pass. It is a
+  detector, not a bound: the certificate is what proves.
+- :func:`outputs`: then the outputs in double words (:func:`construct.dword.outputs`), within
+  about ``u²·cond`` of the exact model: what ``verify`` reports, and the residual the build
+  refines its readout against (iterative refinement, the residual computed in double words, the
+  correction solved with the float64 factor the construction already has).
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import dword
-from .arith import FLOAT64
-from .model import Weights
+from .arith import FLOAT64, Arithmetic
+from .arith.threads import row_blocks
+from .model import Weights, softmax
 
 # Float64 rounding counts as visible when two evaluations differ by more than this fraction of
 # the allowed error.
@@ -38,9 +48,12 @@ def shared_context(E: np.ndarray) -> bool:
     return bool(np.all(E == E[:1]))
 
 
-def reordered_outputs(weights: Weights, E: np.ndarray, X: np.ndarray) -> np.ndarray:
-    """The float64 outputs (T, d_o) on one shared context ``E`` (n, d), in another order of
-    operations than :func:`construct.model.forward`'s."""
+def reordered_outputs(weights: Weights, E, X, ar: Arithmetic = FLOAT64):
+    """The float64 outputs (T, d_o) in another order of operations than
+    :func:`construct.model.forward`'s: ``E`` is one shared context (n, d), host NumPy, or one
+    context per example (T, n, d), in the arithmetic ``ar`` with ``X`` and the weights."""
+    if E.ndim == 3:
+        return _reordered_per_example(weights, E, X, ar)
     H, d_v = weights.H, weights.d_v
     out = X @ weights.W_D if weights.skip else np.zeros((X.shape[0], weights.d_o))
     for h in range(H):
@@ -51,26 +64,87 @@ def reordered_outputs(weights: Weights, E: np.ndarray, X: np.ndarray) -> np.ndar
     return out
 
 
-def rounding_visible(weights: Weights, E: np.ndarray, X: np.ndarray, out: np.ndarray, allowed: float) -> bool:
-    """Whether a second float64 evaluation of the model on the shared context ``E`` differs from
-    the outputs ``out`` by more than :data:`VISIBLE` of ``allowed`` (or is not finite)."""
+def _reordered_per_example(weights: Weights, E, X, ar: Arithmetic):
+    """:func:`reordered_outputs` on one context per example: per head the key map
+    ``N = W_K W_Q^T`` (d, d) is formed first, the logits are ``E (N x)``, and the values
+    ``E (W_V W_O W_D)`` are folded before the softmax weighs them. In blocks of rows, as the
+    forward pass runs (two halves on two threads inside a session).
+
+    ``W_K`` and ``W_Q`` are scaled by powers of two to unit size before their product (and ``x``
+    and ``N x`` back), exactly: weights of data far from unit scale (``2^±665``, say) would
+    otherwise give a product that underflows where the forward pass's order stays in range."""
+    xp = ar.xp
+    T, d = X.shape
+    H, d_v, d_o = weights.H, weights.d_v, weights.d_o
+    keys = []
+    for h in range(H):
+        a, b = _exponent(ar, weights.W_K[h, ...]), _exponent(ar, weights.W_Q[h, ...])
+        N = ar.ldexp(weights.W_K[h, ...], -a) @ xp.matrix_transpose(ar.ldexp(weights.W_Q[h, ...], -b))   # (d, d)
+        keys.append((xp.matrix_transpose(N), a, b))
+    values = [weights.W_V[h, ...] @ (weights.W_O[h * d_v:(h + 1) * d_v, ...] @ weights.W_D) for h in range(H)]
+    out = ar.zeros((T, d_o))
+
+    def part(lo: int, hi: int) -> None:
+        for r0, r1 in row_blocks(lo, hi, ar.cache_rows):
+            block, x = E[r0:r1, ...], X[r0:r1, ...]
+            o = x @ weights.W_D if weights.skip else ar.zeros((r1 - r0, d_o))
+            for h, (N_T, a, b) in enumerate(keys):
+                w = ar.ldexp(ar.ldexp(x, b) @ N_T, a)                                               # N x
+                s = softmax(ar.token_dot(block, w), ar)                                            # (rows, n)
+                o = o + xp.matmul(s[:, None, :], block @ values[h])[:, 0, :]                      # Σ_j s_j e_j^T c
+            out[r0:r1, ...] = o
+    ar.rows(part, T)
+    return out
+
+
+def _exponent(ar: Arithmetic, A) -> int:
+    """The binary exponent of ``max |A|`` (0 for a zero or non-finite ``A``)."""
+    top = float(ar.to_host(ar.xp.max(ar.xp.abs(A)))) if A.size else 0.0
+    return math.frexp(top)[1] if math.isfinite(top) else 0
+
+
+def rounding_visible(weights: Weights, E, X, out, allowed: float, ar: Arithmetic = FLOAT64) -> bool:
+    """Whether a second float64 evaluation of the model (:func:`reordered_outputs`: ``E`` one
+    shared context (n, d) on the host, or (T, n, d) in ``ar`` with ``X``, ``out`` and the
+    weights) differs from the outputs ``out`` by more than :data:`VISIBLE` of ``allowed`` (or
+    is not finite)."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        gap = np.abs(reordered_outputs(weights, E, X) - out).max(initial=0.0)
+        gap = reordered_outputs(weights, E, X, ar) - out
+        gap = float(ar.to_host(ar.xp.max(ar.xp.abs(gap)))) if gap.size else 0.0
     return not gap <= VISIBLE * allowed
 
 
 def outputs(weights: Weights, E: np.ndarray, X: np.ndarray, probabilities: np.ndarray | None = None) -> np.ndarray:
-    """The model's outputs on one shared context ``E`` (n, d), rounded to float64 from double
-    words: within about ``u`` of the exact model's (not finite where those overflow).
+    """The model's outputs on one shared context ``E`` (n, d) or one context per example
+    (T, n, d), rounded to float64 from double words: within about ``u`` of the exact model's
+    (not finite where those overflow).
 
     ``probabilities`` (T, H, n), if given, receives every example's softmax under every head in
     float64 (each within ``3u`` plus the double words' radii, relative), for
     :func:`changed_outputs`."""
+    args = (weights.W_K, weights.W_Q, weights.W_V, weights.W_O, weights.W_D, weights.skip)
     with FLOAT64.session():
-        out = dword.shared_outputs(E, X, weights.W_K, weights.W_Q, weights.W_V, weights.W_O, weights.W_D,
-                                   weights.skip, rows=FLOAT64.rows, probabilities=probabilities)
+        out = dword.outputs(E, X, *args, rows=FLOAT64.rows, probabilities=probabilities)
     with np.errstate(invalid="ignore"):
         return np.where(np.isfinite(out.rad), out.hi + out.lo, np.nan)
+
+
+def _same_attention(old: Weights, new: Weights) -> None:
+    same = (old.skip == new.skip and all(np.array_equal(getattr(old, k), getattr(new, k))
+                                         for k in ("W_K", "W_Q", "W_D")))
+    if not same:
+        raise ValueError("changed_outputs: the two models must differ in W_V and W_O alone")
+
+
+def _value_change(old: Weights, new: Weights, E: np.ndarray | None = None) -> np.ndarray:
+    """``c_new − c_old`` in double words, rounded: ``c_h = E W_V,h W_O,h W_D`` (H, n, d_o) on a
+    shared context ``E``, or ``B_h = W_V,h W_O,h W_D`` (H, d, d_o) without one."""
+    if E is None:
+        c_new, c_old = dword.value_maps(new.W_V, new.W_O, new.W_D), dword.value_maps(old.W_V, old.W_O, old.W_D)
+    else:
+        c_new, c_old = dword.shared_values(E, new.W_V, new.W_O, new.W_D), dword.shared_values(E, old.W_V, old.W_O, old.W_D)
+    delta = dword.add(c_new, dword.DW(-c_old.hi, -c_old.lo, c_old.rad))
+    return delta.hi + delta.lo
 
 
 def changed_outputs(out: np.ndarray, probabilities: np.ndarray, old: Weights, new: Weights,
@@ -78,23 +152,27 @@ def changed_outputs(out: np.ndarray, probabilities: np.ndarray, old: Weights, ne
     """The outputs of ``new`` from those of ``old`` (``out``, from :func:`outputs` with its
     ``probabilities``), for weights that differ in ``W_V`` and ``W_O`` alone: a readout corrected.
 
-    On one context the model is ``f(t) = Σ_h Σ_j p_hj(t) c_hj (+ x(t)^T W_D)`` with
-    ``c_h = E W_V,h W_O,h W_D``: linear in the values, the attention ``p`` the same for both. So
-    ``f_new = f_old + Σ_hj p_hj Δc_hj``, with ``Δc`` computed in double words and rounded, and the
-    sum in float64 over the stored probabilities: one product of ``T × H·n`` by ``H·n × d_o``
-    instead of a second pass in double words. Its error is at most about
-    ``(4u + γ_{H·n+1}) Σ_hj p_hj |Δc_hj| + u |f|`` beyond ``out``'s own: where the correction is
-    small, as a refinement's is, that is far below the error being corrected.
+    The model is ``f(t) = Σ_h Σ_j p_hj(t) c_hj(t) (+ x(t)^T W_D)`` with ``c_h(t) = E^(t) B_h``,
+    ``B_h = W_V,h W_O,h W_D``: linear in the values, the attention ``p`` the same for both. So
+    ``f_new = f_old + Σ_hj p_hj Δc_hj``, over the stored probabilities: on one shared context
+    ``E`` (n, d), ``Δc`` computed in double words and rounded, the sum one float64 product of
+    ``T × H·n`` by ``H·n × d_o``; on one context per example (``E`` (T, n, d)), ``ΔB`` in double
+    words and rounded, ``Δc = E^(t) ΔB_h`` in float64 (within ``γ_d |E^(t)||ΔB_h|``). Instead of
+    a second pass in double words. The error is at most about
+    ``(4u + γ_{H·n+1}) Σ_hj p_hj |Δc_hj| + u |f|`` beyond ``out``'s own, plus
+    ``γ_{d+2} Σ_hj p_hj |E^(t)||ΔB_h|`` on contexts of their own: where the correction is small,
+    as a refinement's is, far below the error being corrected.
 
     Raises:
         ValueError: the weights differ in their attention, ``W_D`` or the skip connection.
     """
-    same = (old.skip == new.skip and all(np.array_equal(getattr(old, k), getattr(new, k))
-                                         for k in ("W_K", "W_Q", "W_D")))
-    if not same:
-        raise ValueError("changed_outputs: the two models must differ in W_V and W_O alone")
-    c_new = dword.shared_values(E, new.W_V, new.W_O, new.W_D)
-    c_old = dword.shared_values(E, old.W_V, old.W_O, old.W_D)
-    delta = dword.add(c_new, dword.DW(-c_old.hi, -c_old.lo, c_old.rad))                   # (H, n, d_o)
+    _same_attention(old, new)
     T, H, n = probabilities.shape
-    return out + probabilities.reshape(T, H * n) @ (delta.hi + delta.lo).reshape(H * n, -1)
+    if E.ndim == 2:
+        delta = _value_change(old, new, E)                                                # (H, n, d_o)
+        return out + probabilities.reshape(T, H * n) @ delta.reshape(H * n, -1)
+    delta = _value_change(old, new)                                                       # (H, d, d_o)
+    change = np.zeros_like(out)
+    for h in range(H):
+        change += np.einsum("tn,tno->to", probabilities[:, h, :], E @ delta[h])
+    return out + change

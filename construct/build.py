@@ -243,7 +243,7 @@ def build_in(ar: Arithmetic, data: Dataset, why: str, *, heads: int, head_dim: i
 
         weights = readout(B)
         outputs = None
-        if ar.weights_bits is None and shared_context(data.E):
+        if ar.weights_bits is None:
             weights, outputs = _refined(ar, ws, data, tol, B, weights, readout)
         lap("readout")
     with ar.working(), ar.heavy():
@@ -262,12 +262,16 @@ def build_in(ar: Arithmetic, data: Dataset, why: str, *, heads: int, head_dim: i
                          precision_reason=why)
     if not verification.passed:
         v = verification
-        raise ConstructionError(
+        failed = ConstructionError(
             f"verification failed at {ar.name}: rank Z = {v.rank_Z} of T = {data.T}, max |f − y| = "
             f"{v.max_abs_error:.3g} (allowed {v.tol:.3g}); σ_min(Z) = {v.sigma_min_Z:.3g}; largest scale "
             f"used: {max(e.scale for e in evidence):.3g}. "
             + ("Float64 cannot hold this construction (docs/math.md §5): use precision auto or more bits"
-               if ar.weights_bits is None else "raise the precision"))
+               if ar.weights_bits is None else "raise the precision")
+            + ("" if scale == "rank" else "; or the default scale rule, rank, whose scales are the smallest "
+               "that keep the rank"))
+        failed.result = result                # the evidence, for the precision policy
+        raise failed
     return result
 
 
@@ -276,24 +280,30 @@ REFINEMENTS = 2
 
 
 def _refined(ar: Arithmetic, ws: Workspace, data: Dataset, tol: float, B, weights: Weights, readout):
-    """Float64 weights on a shared context, refined until the exact model reproduces the labels.
+    """Float64 weights refined until the exact model reproduces the labels.
 
     The readout ``B`` solves ``Z B = Y`` for the float64 ``Z``; where a second float64 evaluation
-    shows that rounding reaches the tolerance (:func:`construct.accurate.rounding_visible`), the
-    outputs are evaluated in double words and ``B`` corrected by the min-norm solution of
-    ``Z δ = y − f`` with the factor the construction already has: iterative refinement with the
-    residual in double words. A correction changes the values alone, so the corrected outputs
-    are the first pass's plus the change through its probabilities
+    shows that rounding reaches the tolerance (:func:`construct.accurate.rounding_visible`: shared
+    contexts, square ones), the outputs are evaluated in double words and ``B`` corrected by the
+    min-norm solution of ``Z δ = y − f`` with the factor the construction already has: iterative
+    refinement with the residual in double words. A correction changes the values alone, so the
+    corrected outputs are the first pass's plus the change through its probabilities
     (:func:`construct.accurate.changed_outputs`), not a second pass. Returns the weights and
     their outputs (None when float64's rounding stayed small).
     """
     allowed = allowed_error(tol, float(np.abs(data.Y).max()))
-    E, X = data.E[0], data.X
-    if not rounding_visible(weights, E, X, ar.to_host(output_from_features(ws.Z, ws.X, weights.map(ar.asarray), ar)),
-                            allowed):
+    shared = shared_context(data.E)
+    out = output_from_features(ws.Z, ws.X, weights.map(ar.asarray), ar)
+    if shared:
+        visible = rounding_visible(weights, data.E[0], data.X, ar.to_host(out), allowed)
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):
+            visible = rounding_visible(weights.map(ar.asarray), ws.E, ws.X, out, allowed, ar)
+    if not visible:
         return weights, None
+    E = data.E[0] if shared else data.E
     probabilities = np.empty((data.T, weights.H, data.n))
-    outputs = accurate_outputs(weights, E, X, probabilities)
+    outputs = accurate_outputs(weights, E, data.X, probabilities)
     for _ in range(REFINEMENTS):
         residual = data.Y - outputs
         if not (np.all(np.isfinite(residual)) and np.abs(residual).max() > VISIBLE * allowed):

@@ -363,7 +363,7 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float, softmax_ran
             parts = FLOAT64.rows(part, T)
         o, o_rad, o_abs = (np.concatenate([q[i] for q in parts]) for i in range(3))
         o_rad = enclose.up(enclose.up(o_rad, H) + enclose.gamma(H) * enclose.up(o_abs, H), 2)
-        rad_norm = math.sqrt(float(enclose.up(np.array(sum(q[3] for q in parts)), T * H * d + 2))) * (1 + 4 * enclose.U)
+        rad_norm = _root_up(sum(q[3] for q in parts), T * H * d)
         if weights.skip:
             o, o_rad = o + X_all, o_rad + enclose.U * np.abs(o + X_all) * 2
             if X_rad is not None:
@@ -372,9 +372,11 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float, softmax_ran
         bounds = enclose.up(np.abs(out - data.Y) + out_rad, 2).max(axis=1)     # per example
         rank = _gram_rank_claim(Z, rad_norm) if Z is not None else {}
         # Double words take exact inputs: not after a pre-layer, whose outputs are only enclosed.
-        # On one shared context, where the Gram route failed, they also give the softmax, which
-        # proves the rank without Z (_softmax_rank_claim) or else encloses Z again to about u.
-        refine = softmax_rank and Z is not None and not rank and E_rad is None and shared_context(data.E)
+        # Where the Gram route failed they also give the softmax, to about u: on one shared
+        # context it proves the rank without Z (_softmax_rank_claim); otherwise it encloses Z
+        # again, far tighter where the float64 enclosure carries the logits' rounding.
+        refine = softmax_rank and Z is not None and not rank and E_rad is None
+        shared = refine and shared_context(data.E)
         softmax = None
         if refine:
             Z, softmax = None, (np.empty((T, H, n)), np.empty((T, H, n)))
@@ -382,11 +384,13 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float, softmax_ran
             bounds = _tighter(bounds, weights, data, allowed, softmax)
         error_bound = float(bounds.max())
         if refine:
-            rank = _softmax_rank_claim(*softmax, data.E[0])
+            rank = _softmax_rank_claim(*softmax, data.E[0]) if shared else {}
             if not rank:
-                Z, Z_rad = _shared_features(*softmax, data.E[0])
+                Z, Z_rad = _shared_features(*softmax, data.E[0]) if shared else _context_features(*softmax, data.E)
                 del softmax
-                rank = _residual_rank_claim(Z, Z_rad, T)
+                if not shared:                # the Gram route again, on the tighter enclosure
+                    rank = _gram_rank_claim(Z, _frobenius_up(Z_rad))
+                rank = rank or _residual_rank_claim(Z, Z_rad, T)
         elif Z is not None and not rank:      # too ill-conditioned for the Gram matrix (σ_min² below its rounding)
             rank = _residual_rank_claim(Z, _feature_radius(weights, inputs), T)
         claims = {"memorization": {"max_abs_error_bound": error_bound if math.isfinite(error_bound) else None},
@@ -399,21 +403,31 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float, softmax_ran
     return claims
 
 
+def _root_up(sum_of_squares: float, count: int) -> float:
+    """``sqrt`` of a sum of ``count`` squares computed in float64, rounded up past both roundings."""
+    return math.sqrt(float(enclose.up(np.array(sum_of_squares), count + 2))) * (1 + 4 * enclose.U)
+
+
+def _frobenius_up(A: np.ndarray) -> float:
+    """An upper bound on ``‖A‖_F``."""
+    return _root_up(float(np.sum(A * A)), A.size)
+
+
 def _tighter(bounds: np.ndarray, weights: Weights, data: Dataset, allowed: float,
              softmax: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """The per-example bounds on ``max |f − y|``, with the examples whose float64 bound exceeds
     ``allowed`` enclosed again in double words (:func:`construct.dword.outputs`, to about ``u²``);
     an example keeps the smaller of its two bounds. Only those examples pay for it, unless
-    ``softmax`` (two (T, H, n) arrays, on a shared context) asks for every example's softmax
-    and its radius (:func:`construct.dword.shared_outputs`)."""
+    ``softmax`` (two (T, H, n) arrays) asks for every example's softmax and its radius."""
     again = np.arange(data.T) if softmax is not None else np.flatnonzero(~(bounds <= allowed))
     if again.size == 0:
         return bounds
     args = (weights.W_K, weights.W_Q, weights.W_V, weights.W_O, weights.W_D, weights.skip)
     with FLOAT64.session():
         if softmax is not None:
-            tight = dword.shared_outputs(data.E[0], data.X, *args, rows=FLOAT64.rows,
-                                         probabilities=softmax[0], probability_radius=softmax[1])
+            E = data.E[0] if shared_context(data.E) else data.E
+            tight = dword.outputs(E, data.X, *args, rows=FLOAT64.rows,
+                                  probabilities=softmax[0], probability_radius=softmax[1])
         else:
             E = data.E[0] if shared_context(data.E) else data.E[again]
             tight = dword.outputs(E, data.X[again], *args, rows=FLOAT64.rows)
@@ -457,6 +471,22 @@ def _shared_features(P: np.ndarray, P_rad: np.ndarray, E: np.ndarray) -> tuple[n
     for h in range(H):
         cols = slice(h * d, (h + 1) * d)
         Z[:, cols], Z_rad[:, cols] = enclose.matmul(P[:, h, :], P_rad[:, h, :], E)
+    return Z, Z_rad
+
+
+def _context_features(P: np.ndarray, P_rad: np.ndarray, E: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """On one context per example ``E`` (T, n, d), the features from the softmax ``P`` (T, H, n),
+    each entry within ``P_rad`` of the exact one: ``(Z, Z_rad)`` (T, H·d), head ``h``'s columns
+    ``fl(E^T P_h)`` and their radius (:func:`construct.enclose.mix`). Where the float64
+    enclosure carries the logits' rounding (large where the logits cancel, as on square
+    contexts), this one is about ``u`` relative."""
+    T, H, _ = P.shape
+    d = E.shape[2]
+    absE = np.abs(E)
+    Z, Z_rad = np.empty((T, H * d)), np.empty((T, H * d))
+    for h in range(H):
+        cols = slice(h * d, (h + 1) * d)
+        Z[:, cols], Z_rad[:, cols] = enclose.mix(E, P[:, h, :], P_rad[:, h, :], absE)
     return Z, Z_rad
 
 
@@ -695,9 +725,10 @@ def check_certificate(cert: dict, weights: Weights, data: Dataset) -> list[str]:
     fresh = certify(weights, data, tol=tol, method=cert["method"], bits=bits).claims
     problems = _compare("", cert, fresh, SCHEMA, cert)
     if (any(p.startswith("rank.") for p in problems) and cert["method"] == "float64"
-            and weights.prelayer is None and shared_context(data.E)):
-        # Version 0.2.0 proved the rank on shared contexts by the residual route over Z's float64
-        # enclosure, not through the softmax: its numbers stand if that route proves them again.
+            and weights.prelayer is None):
+        # Version 0.2.0 proved the rank, where the Gram route failed, by the residual route over
+        # Z's float64 enclosure, not through the softmax: its numbers stand if that route proves
+        # them again.
         earlier = _finish({**{k: v for k, v in fresh.items() if k not in CLAIMS},
                            **_float64_claims(weights, data, fresh["allowed"], softmax_rank=False)}).claims
         if not any(p.startswith("rank.") for p in _compare("", cert, earlier, SCHEMA, cert)):

@@ -394,7 +394,7 @@ def matmul(A: DW, B: DW) -> DW:
     return acc
 
 
-def _value_maps(W_V, W_O, W_D) -> DW:
+def value_maps(W_V, W_O, W_D) -> DW:
     """``W_V,h W_O,h W_D`` (H, d, d_o) in double words, term by term."""
     H, _, d_v = W_V.shape
     dw = DW.exact
@@ -460,9 +460,12 @@ def _sum_heads(acc: DW, f: DW) -> DW:
 
 
 def outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: bool, rows=None,
-            heads_per_block: int = 16) -> DW:
+            heads_per_block: int = 16, probabilities: np.ndarray | None = None,
+            probability_radius: np.ndarray | None = None) -> DW:
     """The exact model's outputs (T, d_o) as double words; ``E`` is one shared context (n, d)
-    (:func:`shared_outputs`) or one context per example (T, n, d).
+    (:func:`shared_outputs`) or one context per example (T, n, d). ``probabilities`` and
+    ``probability_radius`` (T, H, n), if given, receive every example's softmax in float64 and
+    a bound on each one's distance from the exact softmax, as in :func:`shared_outputs`.
 
     Per example: ``N_h = W_Q,h W_K,h^T`` (d, d) by exact slice products; ``w_h(t) = x(t)^T N_h``
     by exact slice products over a block of examples (:data:`_BLOCK_ROWS`) at once, then the
@@ -471,11 +474,12 @@ def outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: bool, r
     in :func:`shared_outputs`.
     """
     if E.ndim == 2:
-        return shared_outputs(E, X, W_K, W_Q, W_V, W_O, W_D, skip, rows, heads_per_block)
+        return shared_outputs(E, X, W_K, W_Q, W_V, W_O, W_D, skip, rows, heads_per_block, probabilities,
+                              probability_radius)
     T, n, d = E.shape
     H = W_V.shape[0]
     N = exact_matmul(W_Q, DW.exact(np.swapaxes(W_K, 1, 2)))                           # (H, d, d)
-    C = _value_maps(W_V, W_O, W_D)                                                     # (H, d, d_o)
+    C = value_maps(W_V, W_O, W_D)                                                     # (H, d, d_o)
     d_o = W_D.shape[1]
     out = DW.exact(np.zeros((T, d_o)))
 
@@ -497,7 +501,9 @@ def outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: bool, r
             L = DW(*(v.transpose(0, 2, 1) for v in (L.hi, L.lo, L.rad)))               # (R, b, n)
             c = exact_matmul(Er.reshape(R * n, d), _columns(C, hs))                    # (R·n, b·d_o)
             c = DW(*(v.reshape(R, n, b, d_o).transpose(0, 2, 1, 3) for v in (c.hi, c.lo, c.rad)))
-            acc = _sum_heads(acc, _attend(L, c))
+            p = None if probabilities is None else probabilities[lo:hi, hs, :]
+            r = None if probability_radius is None else probability_radius[lo:hi, hs, :]
+            acc = _sum_heads(acc, _attend(L, c, p, r))
         if skip:
             acc = add(acc, matmul(DW.exact(Xr[None]), DW.exact(W_D[None]))[0])
         out.hi[lo:hi], out.lo[lo:hi], out.rad[lo:hi] = acc.hi, acc.lo, acc.rad
@@ -516,7 +522,7 @@ def shared_values(E: np.ndarray, W_V, W_O, W_D) -> DW:
     """``c_h = E (W_V,h (W_O,h W_D))`` (H, n, d_o) in double words: what each head's softmax
     weighs on the shared context ``E`` (n, d)."""
     H, n = W_V.shape[0], E.shape[0]
-    return matmul(DW.exact(np.broadcast_to(E, (H, n, E.shape[1]))), _value_maps(W_V, W_O, W_D))
+    return matmul(DW.exact(np.broadcast_to(E, (H, n, E.shape[1]))), value_maps(W_V, W_O, W_D))
 
 
 def shared_outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: bool, rows=None,

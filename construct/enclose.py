@@ -111,10 +111,21 @@ def features(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray,
     S_hi = np.minimum(e_hi / np.maximum(sum_lo, TINY) * (1 + 4 * U), 1.0)
     S_mid = (S_lo + S_hi) / 2
     S_rad = (S_hi - S_lo) / 2 * (1 + 4 * U) + 2 * U * S_mid
-    z = np.einsum("tnd,tn->td", E, S_mid)
-    z_rad = np.einsum("tnd,tn->td", absE, S_rad) + gamma(n) * np.einsum("tnd,tn->td", absE, S_mid)
-    if E_rad is not None:                                             # |ΔE^T s_exact| ≤ E_rad^T (S_mid + S_rad)
-        z_rad = z_rad + np.einsum("tnd,tn->td", E_rad, up(S_mid + S_rad, 1))
+    return mix(E, S_mid, S_rad, absE, E_rad)
+
+
+def mix(E: np.ndarray, S: np.ndarray, S_rad: np.ndarray, absE: np.ndarray | None = None,
+        E_rad: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Enclosure of ``E^(t)T s^(t)`` (T, d) for every ``s^(t)`` within ``S_rad`` of ``S`` (T, n),
+    ``S ≥ 0``: ``fl(E^T S)`` is within ``γ_n |E|^T S`` of ``E^T S``, which is within
+    ``|E|^T S_rad`` of ``E^T s``. ``absE``: ``|E|``, when the caller has it; ``E_rad``: as in
+    :func:`features`."""
+    n = E.shape[1]
+    absE = np.abs(E) if absE is None else absE
+    z = np.einsum("tnd,tn->td", E, S)
+    z_rad = np.einsum("tnd,tn->td", absE, S_rad) + gamma(n) * np.einsum("tnd,tn->td", absE, S)
+    if E_rad is not None:                                             # |ΔE^T s_exact| ≤ E_rad^T (S + S_rad)
+        z_rad = z_rad + np.einsum("tnd,tn->td", E_rad, up(S + S_rad, 1))
     return z, up(z_rad, n if E_rad is None else n + 1)
 
 

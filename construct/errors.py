@@ -37,7 +37,12 @@ class CapacityError(InputError):
 
 
 class ConstructionError(ConstructError, ArithmeticError):
-    """A numerical step of the construction failed (for example a rank the proof needs was lost)."""
+    """A numerical step of the construction failed (for example a rank the proof needs was lost).
+
+    When the construction ran to the end and its verification failed, ``result`` holds the
+    :class:`~construct.evidence.BuildResult` (weights and evidence) it refused; otherwise None."""
+
+    result = None
 
 
 class OutputError(ConstructError, OSError):

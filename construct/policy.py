@@ -69,6 +69,14 @@ def _largest_token_norm(data: Dataset) -> float:
     return top * float(FLOAT64.vector_norm(E / top, axis=2).max())
 
 
+def _prediction(result, data: Dataset) -> tuple[float, float]:
+    """A float64 build's predicted feature rounding (docs/math.md §5: ``2ρ`` times the largest
+    head's estimate) and the condition number of its ``Z`` (inf where ``σ_min`` is not positive)."""
+    v = result.verification
+    condition = v.sigma_max_Z / v.sigma_min_Z if v.sigma_min_Z > 0 else float("inf")
+    return 2 * _largest_token_norm(data) * max(e.rounding_estimate for e in result.heads), condition
+
+
 def mp_cost(data: Dataset, H: int, d_h: int | None = None) -> int:
     """Rough count of scalar operations of the mpmath path: forward pass plus the T × T solves,
     with key/query width ``d_h`` (default ``n``) where it exceeds ``d``."""
@@ -124,8 +132,7 @@ def choose(data: Dataset, heads: int, chosen, build_at: Callable, d_h: int | Non
         result = build_at(F64, "auto: float64 holds the construction")
         ratio = rounding_ratio(result)
         v = result.verification
-        condition = v.sigma_max_Z / v.sigma_min_Z if v.sigma_min_Z > 0 else float("inf")
-        feature_rounding = 2 * _largest_token_norm(data) * max(e.rounding_estimate for e in result.heads)
+        feature_rounding, condition = _prediction(result, data)
         # float64 must keep the rank step and, through the readout (cond Z), the labels. The
         # output prediction is a worst case; when it fails on a small problem, measure instead.
         if ratio <= 1.0 and feature_rounding * condition <= v.tol:
@@ -144,7 +151,8 @@ def choose(data: Dataset, heads: int, chosen, build_at: Callable, d_h: int | Non
         if not small:
             raise ConstructionError(f"{exc}; the mpmath path is beyond its budget at this size "
                                     f"(T·H·d·(n+T) > {MP_BUDGET})") from None
-        feature_rounding, condition = 1.0, float("inf")
+        # A float64 build that ran to the end and failed its check still predicts its rounding.
+        feature_rounding, condition = (1.0, float("inf")) if exc.result is None else _prediction(exc.result, data)
         why = f"auto: float64 failed ({str(exc).split(';')[0]})"
     bits = bits_needed(feature_rounding, condition)
     if bits > MAX_BITS:

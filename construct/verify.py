@@ -145,15 +145,16 @@ def _row_rank(ar: Arithmetic, Z, E, reduction=None, overwrite: bool = False,
 
 
 def _where_rounding_shows(ar: Arithmetic, weights: Weights, data: Dataset, out, allowed: float):
-    """Float64 outputs ``out`` on a shared context where a second float64 evaluation differs by
-    a visible fraction of ``allowed``: the outputs in double words (host). Otherwise None."""
-    E = ar.to_host(data.E)
-    if not shared_context(E):
-        return None
-    host, X = weights.map(ar.to_numpy), ar.to_host(data.X)
-    if not rounding_visible(host, E[0], X, ar.to_host(out), allowed):
-        return None
-    return accurate_outputs(host, E[0], X)
+    """Float64 outputs ``out`` where a second float64 evaluation, in another order of operations,
+    differs by a visible fraction of ``allowed`` (shared contexts, square ones): the outputs in
+    double words (host). Otherwise None."""
+    host, E, X = weights.map(ar.to_numpy), ar.to_host(data.E), ar.to_host(data.X)
+    shared = shared_context(E)
+    if shared:
+        visible = rounding_visible(host, E[0], X, ar.to_host(out), allowed)
+    else:                                      # the weights, E and X are in the arithmetic
+        visible = rounding_visible(weights, data.E, data.X, out, allowed, ar)
+    return accurate_outputs(host, E[0] if shared else E, X) if visible else None
 
 
 def verify(weights: Weights, data: Dataset, tol: float = DEFAULT_TOL, *, device: str = "cpu") -> Verification:

@@ -35,18 +35,24 @@ def test_near_degenerate_family_needs_high_precision_and_is_certified():
     assert cert.claims["rank"]["proven"] and cert.claims["memorization"]["max_abs_error_bound"] <= ERROR_TARGET
 
 
-def test_float64_at_the_explicit_scale_provably_fails_where_auto_succeeds():
-    # float64 passes its own float64 check here, but the certificate of those weights (the exact
-    # model) cannot prove memorization; auto's weights are proven.
+@pytest.mark.parametrize("seed", [0, 11])
+def test_float64_at_the_explicit_scale_is_refined_or_refused_and_auto_is_certified(seed):
+    # The plain float64 readout passes float64's own check here while its exact model misses
+    # (the rounding of the logits, scales near 1e16). A float64 build now either refines its
+    # readout against the outputs in double words, and then the certificate proves it, or fails
+    # its check and says so; auto's weights are proven either way.
     data = near_degenerate_family(1e-13)
     try:
-        f64 = build(data, 3, precision="float64", scale="explicit")
+        f64 = build(data, 3, precision="float64", scale="explicit", seed=seed)
     except ConstructionError as exc:
-        assert "precision auto" in str(exc)
+        assert "precision auto" in str(exc) and exc.result is not None
+        assert not exc.result.verification.passed and exc.result.verification.outputs == "double words"
     else:
+        assert f64.verification.outputs == "double words"
         assert "certify before relying on it" in f64.precision_reason
-        assert not certify(f64.weights, data).claims["memorization"]["proven"]
-    assert certify(build(data, 3, scale="explicit").weights, data).passed
+        assert certify(f64.weights, data).claims["memorization"]["proven"]
+    auto = build(data, 3, scale="explicit", seed=seed)
+    assert auto.weights.bits is not None and certify(auto.weights, data).passed
 
 
 @settings(max_examples=25, deadline=None)
@@ -308,6 +314,105 @@ def test_certify_on_shared_contexts_takes_the_softmax_when_the_gram_route_fails(
 
 
 C_gram = certify_module._gram_rank_claim
+
+
+def _cancelling_logits(rng, H: int, n: int, d: int, T: int, offset: float):
+    """One context per example whose tokens share one coordinate along a direction ``u`` (a
+    number per example), and weights with a part ``offset·u v^T`` in ``W_K``: every logit of an
+    example carries the same term, up to ``offset`` in size, which the softmax cancels, as the
+    logits of square contexts cancel."""
+    u = rng.standard_normal(d)
+    u /= np.linalg.norm(u)
+    E = rng.standard_normal((T, n, d))
+    E -= np.einsum("tnd,d->tn", E, u)[..., None] * u                    # no component along u ...
+    E += rng.standard_normal((T, 1, 1)) * u                              # ... but one per example
+    W_K = rng.standard_normal((H, d, 2)) + offset * u[None, :, None] * rng.standard_normal((H, 1, 2))
+    w = Weights(W_K=W_K, W_Q=rng.standard_normal((H, d, 2)), W_V=np.ones((H, d, 1)), W_O=np.ones((H, d)),
+                W_D=np.ones((d, 1)))
+    return E, rng.standard_normal((T, d)), w
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 3), st.integers(2, 4), st.integers(1, 3), st.sampled_from([1.0, 1e7]))
+def test_context_features_from_the_double_word_softmax_contain_the_exact_features(seed, H, n, extra, offset):
+    # One context per example: the features enclosed from the double words' softmax contain the
+    # exact ones (300 bits) to about u, where the float64 enclosure carries the logits' rounding.
+    d, T = n + extra, 5
+    E, X, w = _cancelling_logits(np.random.default_rng(seed), H, n, d, T, offset)
+    P, P_rad = np.empty((T, H, n)), np.empty((T, H, n))
+    dword.outputs(E, X, w.W_K, w.W_Q, w.W_V, w.W_O, w.W_D, False, probabilities=P, probability_radius=P_rad)
+    Z, Z_rad = certify_module._context_features(P, P_rad, E)
+    p = Mpmath(300)
+    with p.working():
+        exact = feature_matrix(p.asarray(E), p.asarray(X), w.map(p.asarray), p)
+        gap = np.abs(exact - p.asarray(Z))
+        assert all(g <= mpmath.mpf(r) for g, r in zip(gap.ravel(), Z_rad.ravel()))
+    assert Z_rad.max() <= 8 * n * 2.0 ** -53 * np.abs(E).max()           # about u, whatever the logits
+    if offset > 1:
+        float64_rad = max(features(E, X, w.W_K[h], w.W_Q[h])[1].max() for h in range(H))
+        assert float64_rad > 1e3 * Z_rad.max()
+
+
+def test_the_context_features_route_refuses_what_its_radius_leaves_open():
+    # Two examples whose features differ by about 1e-7: the rank is proven from a u-sized
+    # radius. A radius of 1e-6 (forged) admits two equal rows: nothing may be claimed.
+    rng = np.random.default_rng(2)
+    H, n, d, T = 2, 3, 4, 3
+    E = rng.standard_normal((T, n, d))
+    E[1] = E[0]
+    P = rng.uniform(0.1, 1, (T, H, n))
+    P[1] = P[0] + 1e-7 * np.array([1, -1, 0])
+    P /= P.sum(axis=2, keepdims=True)
+    Z, Z_rad = certify_module._context_features(P, np.full_like(P, 4 * 2.0 ** -53), E)
+    claim = C_gram(Z, certify_module._frobenius_up(Z_rad))
+    assert 0 < claim["sigma_min_lower_bound"] <= np.linalg.svd(Z, compute_uv=False)[-1]
+    Z, Z_rad = certify_module._context_features(P, np.full_like(P, 1e-6), E)
+    assert C_gram(Z, certify_module._frobenius_up(Z_rad)) == {}
+
+
+@pytest.fixture(scope="module")
+def square():
+    """Square contexts (n = d, independent): the float64 enclosure of Z carries the cancelling
+    logits' rounding, 0.056 in the Frobenius norm where sigma_min(Z) is 0.040."""
+    data = synthetic("independent", T=4 * 63 + 1, n=64, d=64, seed=0)
+    return data, build(data, 4).weights
+
+
+def test_certify_on_square_contexts_proves_the_rank_from_the_double_word_softmax(square, monkeypatch):
+    data, w = square
+    calls = []
+    monkeypatch.setattr(certify_module, "_gram_rank_claim", lambda Z, rad: calls.append(rad) or C_gram(Z, rad))
+    claims = certify(w, data, method="float64").claims
+    assert claims["rank"]["proven"] and claims["memorization"]["proven"]
+    assert "residual_inf_norm_bound" not in claims["rank"]
+    assert len(calls) == 2 and calls[0] > 0.04 > 1e3 * calls[1]         # the float64 radius, then u-sized
+    v = verify(w, data)
+    assert 0 < claims["rank"]["sigma_min_lower_bound"] <= v.sigma_min_Z
+    assert claims["rank"]["sigma_min_lower_bound"] >= v.sigma_min_Z / 2
+
+
+def test_a_square_context_certificate_as_version_0_2_0_wrote_it_is_still_accepted(square):
+    # 0.2.0 took the residual route over Z's float64 enclosure where the Gram route failed, and
+    # did not prove the rank here: --check accepts those numbers (true, only weaker), and
+    # refuses a bound that neither route proves.
+    data, w = square
+    now = certify(w, data, method="float64").claims
+    raw = {k: v for k, v in now.items() if k not in certify_module.CLAIMS}
+    earlier = certify_module._finish({**raw, **certify_module._float64_claims(w, data, now["allowed"],
+                                                                               softmax_rank=False)}).claims
+    assert not earlier["rank"]["proven"] and earlier["rank"]["residual_inf_norm_bound"] >= 1
+    assert check_certificate(now, w, data) == [] and check_certificate(earlier, w, data) == []
+    forged = json.loads(json.dumps(now))
+    forged["rank"]["sigma_min_lower_bound"] *= 2
+    assert [p for p in check_certificate(forged, w, data) if p.startswith("rank.sigma_min_lower_bound")]
+
+
+def test_a_duplicated_square_context_example_is_not_proven_full_rank(square):
+    data, w = square
+    E, X, Y = data.E.copy(), data.X.copy(), data.Y.copy()
+    E[1], X[1], Y[1] = E[0], X[0], Y[0]
+    claims = certify(w, as_dataset(E, X, Y), method="float64").claims
+    assert not claims["rank"]["proven"]
 
 
 def test_a_certificate_with_the_rank_as_version_0_2_0_proved_it_is_still_accepted(monkeypatch):
