@@ -91,7 +91,7 @@ def _reordered_per_example(weights: Weights, E, X, ar: Arithmetic):
             for h, (N_T, a, b) in enumerate(keys):
                 w = ar.ldexp(ar.ldexp(x, b) @ N_T, a)                                               # N x
                 s = softmax(ar.token_dot(block, w), ar)                                            # (rows, n)
-                o = o + xp.matmul(s[:, None, :], block @ values[h])[:, 0, :]                      # Σ_j s_j e_j^T c
+                o = o + ar.token_mix(block @ values[h], s)                                        # Σ_j s_j e_j^T c
             out[r0:r1, ...] = o
     ar.rows(part, T)
     return out
@@ -108,7 +108,7 @@ def rounding_visible(weights: Weights, E, X, out, allowed: float, ar: Arithmetic
     shared context (n, d) on the host, or (T, n, d) in ``ar`` with ``X``, ``out`` and the
     weights) differs from the outputs ``out`` by more than :data:`VISIBLE` of ``allowed`` (or
     is not finite)."""
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"), ar.session():   # rows on every core
         gap = reordered_outputs(weights, E, X, ar) - out
         gap = float(ar.to_host(ar.xp.max(ar.xp.abs(gap)))) if gap.size else 0.0
     return not gap <= VISIBLE * allowed
