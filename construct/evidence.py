@@ -144,8 +144,9 @@ class BuildResult:
             out.publish({"weights.npz": weights, "data.npz": data, "report.json": json_bytes(report)})
 
     def __repr__(self) -> str:
-        v = self.verification
-        return (f"BuildResult(T={self.data.T}, H={self.weights.H}, heads_used={len(self.heads)}, "
-                f"precision={self.precision!r}, scale={self.scale!r}, rank_Z={v.rank_Z}, "
-                f"max_abs_error={v.max_abs_error:.3g}, passed={v.passed}"
-                + ("" if self.prelayer is None else f", prelayer={self.prelayer!r}") + ")")
+        v = self.verification            # a description: its words are not attribute names
+        return (f"<BuildResult: T = {self.data.T} examples, H = {self.weights.H} heads ({len(self.heads)} used), "
+                f"{self.precision}, scale {self.scale}"
+                + ("" if self.prelayer is None else f", pre-layer {self.prelayer}")
+                + f"; verification {'passed' if v.passed else 'FAILED'}: rank Z = {v.rank_Z}, "
+                f"max |f - y| = {v.max_abs_error:.3g}>")

@@ -50,6 +50,9 @@ def test_short_reprs_and_save_load(tmp_path):
         assert len(repr(obj)) < 200 and "array" not in repr(obj), repr(obj)
     assert repr(result.weights) == "Weights(H=4, d=5, d_h=3, d_v=1, d_o=1, skip=False, float64)"
     assert repr(data) == "Dataset(T=9, n=3, d=5, d_o=1)"
+    # The result's summary names no field it does not have: it reads as a description.
+    assert repr(result).startswith("<BuildResult: T = 9 examples, H = 4 heads (4 used), float64, scale rank;")
+    assert "verification passed: rank Z = 9, max |f - y| = " in repr(result) and repr(result).endswith(">")
     cert = certify(result.weights, data, tol=1e-30)
     text = str(cert)
     assert "memorization   not proven: the bound" in text and "{" not in text
