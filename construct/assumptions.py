@@ -125,6 +125,11 @@ class KruskalCheck:
     exact_holds: bool | None = None
     rank: int | None = None
 
+    @property
+    def verdict(self) -> str:
+        """``"holds"``, ``"fails"``, or ``"n/a"`` with fewer vectors than ``required``."""
+        return "n/a" if self.rank is not None else "holds" if self.holds else "fails"
+
 
 def kruskal_check(V: np.ndarray, required: int, vectors: str, trials: int = SAMPLED_TRIALS, seed: int = 0,
                   budget: int = EXACT_BUDGET) -> KruskalCheck:
@@ -165,7 +170,13 @@ class AssumptionReport:
     general_position: KruskalCheck
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The report as JSON-ready values, with each Kruskal check's ``verdict`` and the whole
+        report's ``passed`` (what the exit code of ``assumptions`` says)."""
+        out = asdict(self)
+        for key in ("a1", "a3", "general_position"):
+            out[key]["verdict"] = getattr(self, key).verdict
+        out["passed"] = self.passed
+        return out
 
     @property
     def passed(self) -> bool:
@@ -209,7 +220,7 @@ def assumptions_text(rep: AssumptionReport) -> str:
         exact = (f"exact Kruskal rank {k.exact_rank}" if k.exact_rank is not None else
                  f"exact: every {k.required}-subset {'independent' if k.exact_holds else 'checked, not all independent'}"
                  if k.exact_holds is not None else "exact rank: too many subsets")
-        verdict = "holds" if k.holds else "FAILS"
+        verdict = k.verdict.replace("fails", "FAILS")
         if k.rank is not None:                  # no subset of that size to sample
             they = "they are independent" if k.rank == rep.T else "they are not independent"
             return (f"{name:<17} {'n/a':<6} Kruskal rank of {k.vectors} ≥ {k.required}: there are only "

@@ -1,5 +1,6 @@
 """Errors that say what would build (issue #16, item 3): Remark 1 and Proposition 4."""
 
+import json
 import numpy as np
 import pytest
 
@@ -102,6 +103,11 @@ def test_assumptions_with_fewer_queries_than_n_says_so_and_lines_up(tmp_path, ca
     verdicts = [line[18:25] for line in out.splitlines()[1:]]
     assert all(v in ("holds  ", "FAILS  ", "n/a    ") for v in verdicts), out
     assert build(data, 1).verification.passed
+    # The JSON says what the text says: A1 n/a (not "holds": false alone) and the verdict.
+    assert main(["assumptions", str(tmp_path / "d.npz"), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["a1"]["verdict"] == rep["a3"]["verdict"] == "n/a" and rep["a1"]["rank"] == 3
+    assert rep["general_position"]["verdict"] == "holds" and rep["passed"] is True
     X = data.X.copy()
     X[2] = X[0]                                                         # two equal queries of three
     np.savez(tmp_path / "twin.npz", E=data.E, X=X, Y=data.Y)
