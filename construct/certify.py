@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
@@ -142,7 +143,7 @@ def default_bits(weights: Weights) -> int:
 
 
 def certify(weights: Weights, data: Dataset, *, tol: float = DEFAULT_TOL, bits: int | None = None,
-            method: str = "auto") -> Certificate:
+            method: str = "auto", progress: Callable[[str], None] | None = None) -> Certificate:
     """Prove what ``weights`` do on ``data``, for the exact model.
 
     Args:
@@ -153,6 +154,7 @@ def certify(weights: Weights, data: Dataset, *, tol: float = DEFAULT_TOL, bits: 
             weights of any size; ``"interval"``: mpmath interval arithmetic, for weights at any
             precision within :data:`INTERVAL_BUDGET`; ``"auto"``: float64 for float64 weights,
             then, if a claim remains unproven and the problem is within the budget, interval.
+        progress: called with a sentence when ``"auto"`` turns to the slower interval method.
 
     The certificate names the files by the sha256 of their canonical form (the validated arrays
     as :meth:`Weights.to_bytes` and :meth:`Dataset.to_bytes` write them), so it does not depend
@@ -176,6 +178,10 @@ def certify(weights: Weights, data: Dataset, *, tol: float = DEFAULT_TOL, bits: 
             fast = certify(weights, data, tol=tol, method="float64")
             if fast.passed or T * weights.H * d * (n + T) > INTERVAL_BUDGET:
                 return fast
+            if progress is not None:
+                left = [key for key in CLAIMS if key in fast.claims and not fast.claims[key]["proven"]]
+                progress(f"float64 left {' and '.join(left)} unproven; proving every claim again with mpmath "
+                         f"intervals at {bits} bits (slower)")
         return certify(weights, data, tol=tol, bits=bits, method="interval")
     if method == "float64" and weights.bits is not None:
         raise InputError("the float64 method certifies float64 weights; these have "

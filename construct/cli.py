@@ -279,7 +279,8 @@ def _cmd_certify(args) -> int:
     if args.out is not None:
         _not_an_input(args.out, weights=args.weights, data=args.data)
     weights, data = load_weights(args.weights), load_dataset(args.data)
-    result = certify(weights, data, tol=tol, method=args.method or "auto")
+    result = certify(weights, data, tol=tol, method=args.method or "auto",
+                     progress=lambda note: print(f"mha-construct certify: {note}", file=sys.stderr, flush=True))
     lines = result.lines()
     if args.out is not None:
         result.save(args.out)

@@ -407,3 +407,17 @@ def test_explicit_bits_beyond_the_mpmath_budget_say_so_before_the_build(tmp_path
     assert code == 0 and err == ""
     code, _, err = run(argv[:-1] + ["float64", "--out", tmp_path / "d"], capsys)
     assert code == 0 and "budget" not in err and "auto uses mpmath" not in err
+
+
+def test_certify_says_when_it_falls_back_to_intervals(tmp_path, capsys):
+    # auto tries float64 first; where it leaves a claim unproven and the problem fits, the slower
+    # interval method runs: say so on stderr before it starts, not silently for a minute.
+    out = tmp_path / "run"
+    assert run(["build", "--heads", "3", "--context", "3", "--dim", "4", "--quiet", "--out", out], capsys)[0] == 0
+    files = [out / "weights.npz", out / "data.npz"]
+    code, stdout, err = run(["certify", *files, "--tol", "1e-30"], capsys)
+    assert "left memorization unproven" in err and "mpmath intervals" in err and "method         interval" in stdout
+    code, stdout, err = run(["certify", *files, "--tol", "1e-30", "--method", "float64"], capsys)
+    assert err == "" and "method         float64" in stdout
+    code, stdout, err = run(["certify", *files], capsys)
+    assert code == 0 and err == ""
