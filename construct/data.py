@@ -205,7 +205,9 @@ def load_dataset(path: str | os.PathLike) -> Dataset:
         InputError: unreadable file, missing or unexpected arrays (refused before inflating, see
             :func:`construct.io.load_npz`), or any problem of :func:`as_dataset`.
     """
-    arrays = load_npz(path, what="dataset", allowed=lambda k: k in ("E", "X", "Y", "labels"))
+    arrays = load_npz(path, what="dataset", allowed=lambda k: k in ("E", "X", "Y", "labels"),
+                      other=("it looks like weights, not a dataset",
+                             lambda k: k.startswith("W_") or k in ("skip", "bits", "prelayer", "prelayer_version")))
     problems = [f"array {k!r} is missing from {str(path)!r}" for k in ("E", "X") if k not in arrays]
     if "Y" not in arrays and "labels" not in arrays:
         problems.append(f"array 'Y' is missing from {str(path)!r} (a classification dataset may hold integer 'labels' instead)")

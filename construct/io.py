@@ -22,7 +22,7 @@ import shutil
 import stat
 import zipfile
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -258,7 +258,7 @@ class OutputFolder:
                 if foreign:
                     shown = ", ".join(foreign[:10]) + (f", … ({len(foreign)} in all)" if len(foreign) > 10 else "")
                     raise InputError(f"{str(folder)!r} holds files this command does not write ({shown}); "
-                                     "choose another folder, move them, or pass --force to replace the "
+                                     "choose another folder, move them, or pass --force (force=True in Python) to replace the "
                                      "folder's whole content", what="output folder in use")
         except BaseException:
             self._undo()
@@ -350,7 +350,8 @@ def sha256(payload: bytes) -> str:
     return hashlib.sha256(payload).hexdigest()
 
 
-def load_npz(path: str | os.PathLike, *, what: str, allowed) -> dict[str, np.ndarray]:
+def load_npz(path: str | os.PathLike, *, what: str, allowed, other: tuple[str, Callable] | None = None
+             ) -> dict[str, np.ndarray]:
     """Read the arrays of an ``.npz`` (never unpickles), sizing them before inflating anything.
 
     Args:
@@ -358,6 +359,9 @@ def load_npz(path: str | os.PathLike, *, what: str, allowed) -> dict[str, np.nda
         what: what it holds, for messages (``"dataset"``, ``"weights"``).
         allowed: a predicate on array names, ``allowed(name) -> bool``; any other member is
             refused before a byte of it is read.
+        other: the other kind of file a user may give in its place, as ``(sentence, predicate)``:
+            when every member's name meets the predicate, the message says the sentence and asks
+            whether the files were given the other way round.
 
     Every member's ``.npy`` header is read first: an object dtype (it would need pickle), a
     declared size that differs from the header's shape, arrays that together exceed the memory
@@ -389,6 +393,9 @@ def load_npz(path: str | os.PathLike, *, what: str, allowed) -> dict[str, np.nda
                 problems.append(f"unexpected member {info.filename!r} in {str(path)!r}")
         if len({i.filename for i in infos}) < len(infos):
             problems.append(f"{str(path)!r} holds the same array name twice")
+        names = [i.filename[:-4] for i in infos if i.filename.endswith(".npy")]
+        if problems and other is not None and names and all(other[1](k) for k in names):
+            problems.insert(0, f"{str(path)!r}: {other[0]}: were the files given the other way round?")
         if problems:
             raise InputError(problems, what=f"{cannot} (nothing was inflated)")
         total = 0

@@ -421,3 +421,17 @@ def test_certify_says_when_it_falls_back_to_intervals(tmp_path, capsys):
     assert err == "" and "method         float64" in stdout
     code, stdout, err = run(["certify", *files], capsys)
     assert code == 0 and err == ""
+
+
+def test_weights_and_data_given_the_other_way_round_are_named_as_such(tmp_path, capsys):
+    # A new user's trial: `verify DATA WEIGHTS` said only "unexpected member 'E.npy'".
+    out = tmp_path / "run"
+    assert run(["build", "--heads", "3", "--context", "3", "--dim", "4", "--quiet", "--out", out], capsys)[0] == 0
+    data, weights = out / "data.npz", out / "weights.npz"
+    for argv in (["verify", data, weights], ["certify", data, weights],
+                 ["export", data, "--format", "safetensors", "--out", tmp_path / "w.st", "--data", weights]):
+        code, _, err = run(argv, capsys)
+        assert code == 2 and "looks like a dataset (E, X, Y), not weights" in err, err
+        assert "the other way round" in err and not (tmp_path / "w.st").exists()
+    code, _, err = run(["verify", weights, weights], capsys)          # weights where the data belongs
+    assert code == 2 and "looks like weights, not a dataset" in err, err
