@@ -258,8 +258,8 @@ class OutputFolder:
                 if foreign:
                     shown = ", ".join(foreign[:10]) + (f", … ({len(foreign)} in all)" if len(foreign) > 10 else "")
                     raise InputError(f"{str(folder)!r} holds files this command does not write ({shown}); "
-                                     "choose another folder, move them, or pass --force (force=True in Python) to replace the "
-                                     "folder's whole content", what="output folder in use")
+                                     "choose another folder, move them, or pass --force (force=True in "
+                                     "Python) to replace the folder's whole content", what="output folder in use")
         except BaseException:
             self._undo()
             raise
