@@ -139,10 +139,10 @@ def _same_attention(old: Weights, new: Weights) -> None:
 def _value_change(old: Weights, new: Weights, E: np.ndarray | None = None) -> np.ndarray:
     """``c_new − c_old`` in double words, rounded: ``c_h = E W_V,h W_O,h W_D`` (H, n, d_o) on a
     shared context ``E``, or ``B_h = W_V,h W_O,h W_D`` (H, d, d_o) without one."""
-    if E is None:
-        c_new, c_old = dword.value_maps(new.W_V, new.W_O, new.W_D), dword.value_maps(old.W_V, old.W_O, old.W_D)
-    else:
-        c_new, c_old = dword.shared_values(E, new.W_V, new.W_O, new.W_D), dword.shared_values(E, old.W_V, old.W_O, old.W_D)
+    def values(w: Weights) -> dword.DW:
+        return (dword.value_maps(w.W_V, w.W_O, w.W_D) if E is None else
+                dword.shared_values(E, w.W_V, w.W_O, w.W_D))
+    c_new, c_old = values(new), values(old)
     delta = dword.add(c_new, dword.DW(-c_old.hi, -c_old.lo, c_old.rad))
     return delta.hi + delta.lo
 

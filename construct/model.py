@@ -241,7 +241,8 @@ def load_weights(path: str | os.PathLike) -> Weights:
     names = ("W_K", "W_Q", "W_V", "W_O", "W_D", "skip")
     extra = {"bits", "prelayer", "prelayer_version", *(f"{m}_decimal" for m in _MATRICES)}
     arrays = load_npz(path, what="weights", allowed=lambda k: k in names or k in extra,
-                      other=("it looks like a dataset (E, X, Y), not weights", lambda k: k in ("E", "X", "Y", "labels")))
+                      other=("it looks like a dataset (E, X, Y), not weights",
+                             lambda k: k in ("E", "X", "Y", "labels")))
     missing = [k for k in names if k not in arrays]
     if missing:
         raise InputError([f"array {k!r} is missing from {str(path)!r}" for k in missing], what="invalid weights")
