@@ -96,6 +96,17 @@ def test_refined_builds_meet_tight_tolerances_in_the_exact_model(seed, H, n, ski
         assert verify(result.weights, data, tol=tol).passed
 
 
+def _corrected(kind: str, seed: int, H: int, n: int, skip: bool, change: float, d_o: int):
+    """A build and the same weights with ``W_V`` and ``W_O`` moved by about ``10^change``
+    (relative and absolute): a readout's correction, as the refinement makes one."""
+    data = synthetic(kind, T=H * (n - 1) + 1, n=n, d=n + 2, d_o=d_o, seed=seed)
+    old = build(data, H, seed=seed, skip=skip).weights
+    rng = np.random.default_rng(seed)
+    W_V = old.W_V * (1 + 10.0**change * rng.standard_normal(old.W_V.shape))
+    W_O = old.W_O + 10.0**change * rng.standard_normal(old.W_O.shape)
+    return data, old, sealed(old.W_K, old.W_Q, W_V, W_O, old.W_D, skip=skip, bits=None)
+
+
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), H=st.integers(1, 6), n=st.integers(2, 6), skip=st.booleans(),
        change=st.floats(-9, 0), d_o=st.integers(1, 2))
@@ -103,12 +114,8 @@ def test_changed_outputs_are_a_second_pass_in_double_words(seed, H, n, skip, cha
     # The refinement's outputs after a correction of the readout: the first pass's outputs plus
     # the change, through its probabilities, within the stated bound of a full second pass. The
     # values W_V and W_O both change (a correction changes W_V; W_O may as well).
-    data = synthetic("shared", T=H * (n - 1) + 1, n=n, d=n + 2, d_o=d_o, seed=seed)
-    old = build(data, H, seed=seed, skip=skip).weights
-    rng = np.random.default_rng(seed)
-    W_V = old.W_V * (1 + 10.0**change * rng.standard_normal(old.W_V.shape))
-    W_O = old.W_O + 10.0**change * rng.standard_normal(old.W_O.shape)
-    new = sealed(old.W_K, old.W_Q, W_V, W_O, old.W_D, skip=skip, bits=None)
+    data, old, new = _corrected("shared", seed, H, n, skip, change, d_o)
+    W_V, W_O = new.W_V, new.W_O
     E, X = data.E[0], data.X
     p = np.empty((data.T, H, n))
     out = accurate_outputs(old, E, X, p)
@@ -203,12 +210,8 @@ def test_changed_outputs_on_independent_contexts_are_a_second_pass_in_double_wor
     # On contexts of their own a correction's outputs are the first pass's plus Σ p_hj Δc_hj(t),
     # Δc_h(t) = E^(t) ΔB_h with ΔB the change of every head's W_V,h W_O,h W_D in double words,
     # within the stated bound of a full second pass.
-    data = synthetic("independent", T=H * (n - 1) + 1, n=n, d=n + 2, d_o=d_o, seed=seed)
-    old = build(data, H, seed=seed, skip=skip).weights
-    rng = np.random.default_rng(seed)
-    W_V = old.W_V * (1 + 10.0**change * rng.standard_normal(old.W_V.shape))
-    W_O = old.W_O + 10.0**change * rng.standard_normal(old.W_O.shape)
-    new = sealed(old.W_K, old.W_Q, W_V, W_O, old.W_D, skip=skip, bits=None)
+    data, old, new = _corrected("independent", seed, H, n, skip, change, d_o)
+    W_V, W_O = new.W_V, new.W_O
     p = np.empty((data.T, H, n))
     out = accurate_outputs(old, data.E, data.X, p)
     got = changed_outputs(out, p, old, new, data.E)

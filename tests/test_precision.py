@@ -215,27 +215,46 @@ def _lifted_logits(rng, H: int, n: int, d: int, T: int, offset: float):
     return E, rng.standard_normal((T, d)), w
 
 
+def _cancelling_logits(rng, H: int, n: int, d: int, T: int, offset: float):
+    """One context per example whose tokens share one coordinate along a direction ``u`` (a
+    number per example), and weights with a part ``offset·u v^T`` in ``W_K``: every logit of an
+    example carries the same term, up to ``offset`` in size, which the softmax cancels, as the
+    logits of square contexts cancel."""
+    u = rng.standard_normal(d)
+    u /= np.linalg.norm(u)
+    E = rng.standard_normal((T, n, d))
+    E -= np.einsum("tnd,d->tn", E, u)[..., None] * u                    # no component along u ...
+    E += rng.standard_normal((T, 1, 1)) * u                              # ... but one per example
+    W_K = rng.standard_normal((H, d, 2)) + offset * u[None, :, None] * rng.standard_normal((H, 1, 2))
+    w = Weights(W_K=W_K, W_Q=rng.standard_normal((H, d, 2)), W_V=np.ones((H, d, 1)), W_O=np.ones((H, d)),
+                W_D=np.ones((d, 1)))
+    return E, rng.standard_normal((T, d)), w
+
+
+@pytest.mark.parametrize("per_example", [False, True])
 @settings(max_examples=15, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.integers(1, 3), st.integers(2, 4), st.integers(1, 3), st.sampled_from([1.0, 1e7]))
-def test_shared_features_from_the_double_word_softmax_contain_the_exact_features(seed, H, n, extra, offset):
-    # On one shared context, the features enclosed from the double words' softmax contain the
-    # exact ones (300 bits) to about u. With ``offset`` (_lifted_logits) every logit is about
-    # 1e7 while their differences stay near 1, as on saturated heads: the float64 enclosure then
-    # carries the logits' rounding, u·1e7, and this one does not.
+def test_features_from_the_double_word_softmax_contain_the_exact_features(per_example, seed, H, n, extra, offset):
+    # On one shared context (_lifted_logits) or one context per example (_cancelling_logits), the
+    # features enclosed from the double words' softmax contain the exact ones (300 bits) to about
+    # u. With ``offset`` every logit is about 1e7 while their differences stay near 1, as on
+    # saturated heads or cancelling logits: the float64 enclosure then carries the logits'
+    # rounding, u·1e7, and this one does not.
     d, T = n + extra, 5
-    E, X, w = _lifted_logits(np.random.default_rng(seed), H, n, d, T, offset)
+    E, X, w = (_cancelling_logits if per_example else _lifted_logits)(np.random.default_rng(seed), H, n, d, T, offset)
+    every = E if per_example else np.broadcast_to(E, (T, n, d))
     P, P_rad = np.empty((T, H, n)), np.empty((T, H, n))
-    dword.shared_outputs(E, X, w.W_K, w.W_Q, w.W_V, w.W_O, w.W_D, False, probabilities=P, probability_radius=P_rad)
-    Z, Z_rad = certify_module._shared_features(P, P_rad, E)
+    dword.outputs(E, X, w.W_K, w.W_Q, w.W_V, w.W_O, w.W_D, False, probabilities=P, probability_radius=P_rad)
+    enclosed = certify_module._context_features if per_example else certify_module._shared_features
+    Z, Z_rad = enclosed(P, P_rad, E)
     p = Mpmath(300)
     with p.working():
-        exact = feature_matrix(p.asarray(np.broadcast_to(E, (T, n, d))), p.asarray(X), w.map(p.asarray), p)
+        exact = feature_matrix(p.asarray(every), p.asarray(X), w.map(p.asarray), p)
         gap = np.abs(exact - p.asarray(Z))
         assert all(g <= mpmath.mpf(r) for g, r in zip(gap.ravel(), Z_rad.ravel()))
-    scale = np.abs(E).max()
-    assert Z_rad.max() <= 8 * n * 2.0 ** -53 * scale                 # about u, whatever the logits
+    assert Z_rad.max() <= 8 * n * 2.0 ** -53 * np.abs(E).max()           # about u, whatever the logits
     if offset > 1:
-        float64_rad = max(features(np.broadcast_to(E, (T, n, d)), X, w.W_K[h], w.W_Q[h])[1].max() for h in range(H))
+        float64_rad = max(features(every, X, w.W_K[h], w.W_Q[h])[1].max() for h in range(H))
         assert float64_rad > 1e3 * Z_rad.max()
 
 
@@ -314,43 +333,6 @@ def test_certify_on_shared_contexts_takes_the_softmax_when_the_gram_route_fails(
 
 
 C_gram = certify_module._gram_rank_claim
-
-
-def _cancelling_logits(rng, H: int, n: int, d: int, T: int, offset: float):
-    """One context per example whose tokens share one coordinate along a direction ``u`` (a
-    number per example), and weights with a part ``offset·u v^T`` in ``W_K``: every logit of an
-    example carries the same term, up to ``offset`` in size, which the softmax cancels, as the
-    logits of square contexts cancel."""
-    u = rng.standard_normal(d)
-    u /= np.linalg.norm(u)
-    E = rng.standard_normal((T, n, d))
-    E -= np.einsum("tnd,d->tn", E, u)[..., None] * u                    # no component along u ...
-    E += rng.standard_normal((T, 1, 1)) * u                              # ... but one per example
-    W_K = rng.standard_normal((H, d, 2)) + offset * u[None, :, None] * rng.standard_normal((H, 1, 2))
-    w = Weights(W_K=W_K, W_Q=rng.standard_normal((H, d, 2)), W_V=np.ones((H, d, 1)), W_O=np.ones((H, d)),
-                W_D=np.ones((d, 1)))
-    return E, rng.standard_normal((T, d)), w
-
-
-@settings(max_examples=15, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.integers(1, 3), st.integers(2, 4), st.integers(1, 3), st.sampled_from([1.0, 1e7]))
-def test_context_features_from_the_double_word_softmax_contain_the_exact_features(seed, H, n, extra, offset):
-    # One context per example: the features enclosed from the double words' softmax contain the
-    # exact ones (300 bits) to about u, where the float64 enclosure carries the logits' rounding.
-    d, T = n + extra, 5
-    E, X, w = _cancelling_logits(np.random.default_rng(seed), H, n, d, T, offset)
-    P, P_rad = np.empty((T, H, n)), np.empty((T, H, n))
-    dword.outputs(E, X, w.W_K, w.W_Q, w.W_V, w.W_O, w.W_D, False, probabilities=P, probability_radius=P_rad)
-    Z, Z_rad = certify_module._context_features(P, P_rad, E)
-    p = Mpmath(300)
-    with p.working():
-        exact = feature_matrix(p.asarray(E), p.asarray(X), w.map(p.asarray), p)
-        gap = np.abs(exact - p.asarray(Z))
-        assert all(g <= mpmath.mpf(r) for g, r in zip(gap.ravel(), Z_rad.ravel()))
-    assert Z_rad.max() <= 8 * n * 2.0 ** -53 * np.abs(E).max()           # about u, whatever the logits
-    if offset > 1:
-        float64_rad = max(features(E, X, w.W_K[h], w.W_Q[h])[1].max() for h in range(H))
-        assert float64_rad > 1e3 * Z_rad.max()
 
 
 def test_the_context_features_route_refuses_what_its_radius_leaves_open():
