@@ -763,7 +763,8 @@ def test_a_certificate_for_plain_savez_files_is_accepted_on_those_files(kind, tm
     wp, dp, arrays = _plain_files(tmp_path, kind)
     cert = tmp_path / "cert.json"
     code, out, err = cli("certify", wp, dp, "--out", cert)
-    assert code in (0, 1) and err == "" and cert.exists(), (code, out, err)
+    notes = [line for line in err.splitlines() if not line.startswith("mha-construct certify: float64 left ")]
+    assert code in (0, 1) and notes == [] and cert.exists(), (code, out, err)    # at most the fallback's note
     if kind != "float32 weights":
         assert code == 0 and "PROVEN" in out
     written = json.loads(cert.read_text())
