@@ -93,7 +93,8 @@ def _reordered_per_example(weights: Weights, E, X, ar: Arithmetic):
                 s = softmax(ar.token_dot(block, w), ar)                                            # (rows, n)
                 o = o + ar.token_mix(block @ values[h], s)                                        # Σ_j s_j e_j^T c
             out[r0:r1, ...] = o
-    ar.rows(part, T)
+    with ar.session():                                   # the rows on every core
+        ar.rows(part, T)
     return out
 
 
@@ -108,7 +109,7 @@ def rounding_visible(weights: Weights, E, X, out, allowed: float, ar: Arithmetic
     shared context (n, d) on the host, or (T, n, d) in ``ar`` with ``X``, ``out`` and the
     weights) differs from the outputs ``out`` by more than :data:`VISIBLE` of ``allowed`` (or
     is not finite)."""
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"), ar.session():   # rows on every core
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         gap = reordered_outputs(weights, E, X, ar) - out
         gap = float(ar.to_host(ar.xp.max(ar.xp.abs(gap)))) if gap.size else 0.0
     return not gap <= VISIBLE * allowed
