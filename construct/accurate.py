@@ -130,13 +130,6 @@ def outputs(weights: Weights, E: np.ndarray, X: np.ndarray, probabilities: np.nd
         return np.where(np.isfinite(out.rad), out.hi + out.lo, np.nan)
 
 
-def _same_attention(old: Weights, new: Weights) -> None:
-    same = (old.skip == new.skip and all(np.array_equal(getattr(old, k), getattr(new, k))
-                                         for k in ("W_K", "W_Q", "W_D")))
-    if not same:
-        raise ValueError("changed_outputs: the two models must differ in W_V and W_O alone")
-
-
 def _value_change(old: Weights, new: Weights, E: np.ndarray | None = None) -> np.ndarray:
     """``c_new − c_old`` in double words, rounded: ``c_h = E W_V,h W_O,h W_D`` (H, n, d_o) on a
     shared context ``E``, or ``B_h = W_V,h W_O,h W_D`` (H, d, d_o) without one."""
@@ -167,7 +160,10 @@ def changed_outputs(out: np.ndarray, probabilities: np.ndarray, old: Weights, ne
     Raises:
         ValueError: the weights differ in their attention, ``W_D`` or the skip connection.
     """
-    _same_attention(old, new)
+    same = (old.skip == new.skip and all(np.array_equal(getattr(old, k), getattr(new, k))
+                                         for k in ("W_K", "W_Q", "W_D")))
+    if not same:
+        raise ValueError("changed_outputs: the two models must differ in W_V and W_O alone")
     T, H, n = probabilities.shape
     if E.ndim == 2:
         delta = _value_change(old, new, E)                                                # (H, n, d_o)
