@@ -359,13 +359,13 @@ def _cmd_capacity(args) -> int:
         raise InputError("plots need matplotlib: pip install 'mha-construct[plot]'", what="missing library")
 
     header = [f"{'kind':<12} {'H':>4} {'n':>4} {'d':>4} {'d_h':>4} {'bound':>6} {'certified':>9} {'generic rank':>14} "
-              f"{'s':>6}"]
+              f"{'seconds':>7}"]
 
     def show(r: dict) -> None:
         if header:                                      # with the first row: not above a refusal
             print(header.pop())
         print(f"{r['kind']:<12} {r['H']:>4} {r['n']:>4} {r['d']:>4} {r['d_h']:>4} {r['bound']:>6} {r['certified']:>9} "
-              f"{r['generic_rank']:>5} of {r['generic_T']:<5} {r['seconds']:>6.2f}", flush=True)
+              f"{r['generic_rank']:>5} of {r['generic_T']:<5} {r['seconds']:>7.2f}", flush=True)
 
     rows = []
     for kind in args.kind:
@@ -441,10 +441,12 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--synthetic", choices=SYNTHETIC_KINDS, help="build a synthetic problem")
     b.add_argument("--dataset", choices=("digits", "tokens"),
                    help="build a built-in dataset: digits (scikit-learn's 8x8 images as 4 patch tokens, the [data] "
-                        "extra; --examples images, default 301) or tokens (token sequences, query = last token)")
+                        "extra; --examples images, default 301) or tokens (--examples sequences of n = 8 distinct "
+                        "tokens in d = 16 from a vocabulary of 64, 4 random classes, query = last token, default "
+                        "200); prints the dataset's assumptions report first, as the assumptions command does")
     b.add_argument("--context", type=_positive, help="synthetic: context size n (default 8)")
     b.add_argument("--dim", type=_positive, help="synthetic: token dimension d (default 16)")
-    b.add_argument("--examples", type=_positive, help="synthetic: T (default: the capacity H(k-1)+1)")
+    b.add_argument("--examples", type=_positive, help="synthetic: T (default: the capacity H(k-1)+1); with --dataset: how many images or sequences")
     b.add_argument("--out-dim", type=_positive, help="synthetic: label dimension d_o (default 1)")
     b.add_argument("--positional", action="store_true", help="synthetic: add sinusoidal positional encoding")
     b.add_argument("--tol", type=float, default=DEFAULT_TOL,
@@ -506,7 +508,8 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--seed", type=int, default=0, help="seed of the data and the construction (default 0)")
     k.add_argument("--csv", type=_path, help="write the table as CSV")
     k.add_argument("--json", type=_path, help="write the table as JSON")
-    k.add_argument("--plot", type=_path, nargs="+", help="draw it (.svg or .png; one file per kind; [plot] extra)")
+    k.add_argument("--plot", type=_path, nargs="+", help="draw it (.svg or .png; [plot] extra): with two kinds, one file per kind, "
+                                                              "NAME-independent.svg and NAME-shared.svg")
     k.set_defaults(run=_cmd_capacity)
 
     t = sub.add_parser("teach", help="run the construction on a tiny dataset and narrate every step")
