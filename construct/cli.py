@@ -389,6 +389,26 @@ def _path(text: str) -> Path:
     return Path(text)
 
 
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer ≥ 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer ≥ 0, got {value}")
+    return value
+
+
+def _precision(text: str) -> str:
+    """Checked here so that the error names the option; the text itself goes on to build."""
+    from .precision import parse
+    try:
+        parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("precision ")) from None
+    return text
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -425,8 +445,8 @@ def _parser() -> argparse.ArgumentParser:
                         "plus its context's mean), for queries that fail A1 while x + mean(E) meets it (A3), "
                         "repeated queries for instance; auto uses it only where it is needed and the shifted "
                         "queries meet A1; the weights file and the report name it (default none)")
-    b.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
-    b.add_argument("--precision", default="auto", metavar="{auto,float64,BITS}",
+    b.add_argument("--seed", type=_seed, default=0, help="seed of every random draw (default 0)")
+    b.add_argument("--precision", type=_precision, default="auto", metavar="{auto,float64,BITS}",
                    help="arithmetic of the construction: auto (float64 unless docs/math.md §5 predicts it "
                         "cannot hold it), float64, or mpmath with BITS bits, at any size: a note on stderr "
                         "when that is beyond the size auto uses mpmath for (default auto)")
@@ -505,7 +525,7 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--context", type=_positive, default=32, help="n when not varied (default 32)")
     k.add_argument("--dim", type=_positive, default=64, help="d (default 64)")
     k.add_argument("--head-dim", type=_positive, help="d_h when not varied (default n)")
-    k.add_argument("--seed", type=int, default=0, help="seed of the data and the construction (default 0)")
+    k.add_argument("--seed", type=_seed, default=0, help="seed of the data and the construction (default 0)")
     k.add_argument("--csv", type=_path, help="write the table as CSV")
     k.add_argument("--json", type=_path, help="write the table as JSON")
     k.add_argument("--plot", type=_path, nargs="+", help="draw it (.svg or .png; [plot] extra): with two kinds, one file per kind, "
@@ -516,7 +536,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--heads", type=_positive, default=3, help="H (default 3)")
     t.add_argument("--context", type=_positive, default=3, help="n (default 3)")
     t.add_argument("--dim", type=_positive, default=4, help="d (default 4)")
-    t.add_argument("--seed", type=int, default=0, help="seed of the data and the construction (default 0)")
+    t.add_argument("--seed", type=_seed, default=0, help="seed of the data and the construction (default 0)")
     t.add_argument("--shared", action="store_true", help="one context for every example (Prop. 2)")
     t.add_argument("--rational", action="store_true", help="exact rational inputs, small matrices shown exactly")
     t.add_argument("--prelayer", action="store_true",
@@ -531,7 +551,7 @@ def _parser() -> argparse.ArgumentParser:
     a = sub.add_parser("assumptions", help="report A1, A2, A3 and general position for a dataset")
     a.add_argument("data", type=_path, help="the dataset (.npz with E, X and Y or labels)")
     a.add_argument("--trials", type=_positive, default=5000, help="sampled subsets per test (default 5000)")
-    a.add_argument("--seed", type=int, default=0, help="seed of the sampled subsets (default 0)")
+    a.add_argument("--seed", type=_seed, default=0, help="seed of the sampled subsets (default 0)")
     a.add_argument("--json", action="store_true", help="print the report as JSON")
     a.add_argument("--report-only", action="store_true",
                    help="exit 0 whatever the verdict (by default the exit code is 1 when A1 or A2 fails)")

@@ -239,10 +239,8 @@ def test_build_refuses_an_empty_out_and_a_forced_folder_that_holds_its_input(tmp
     assert code == 0 and again.is_file()
 
 
-def test_assumptions_refuses_a_negative_seed_and_sizes_its_trials(tmp_path, capsys, good):
+def test_assumptions_sizes_its_trials(tmp_path, capsys, good):
     data = write(tmp_path / "d.npz", **good)
-    code, _, err = run(["assumptions", data, "--seed", "-1"], capsys)
-    assert code == 2 and "seed must be an integer ≥ 0" in err and "Traceback" not in err
     code, _, err = run(["assumptions", data, "--trials", str(10 ** 15)], capsys)
     assert code == 2 and "memory" in err
 
@@ -435,3 +433,20 @@ def test_weights_and_data_given_the_other_way_round_are_named_as_such(tmp_path, 
         assert "the other way round" in err and not (tmp_path / "w.st").exists()
     code, _, err = run(["verify", weights, weights], capsys)          # weights where the data belongs
     assert code == 2 and "looks like weights, not a dataset" in err, err
+
+
+@pytest.mark.parametrize("argv, option", [(["build", "--out", "{run}", "--seed", "-1"], "--seed"),
+                                          (["build", "--out", "{run}", "--precision", "20"], "--precision"),
+                                          (["build", "--out", "{run}", "--precision", "200.5"], "--precision"),
+                                          (["capacity", "--vary", "H", "--values", "1", "--seed", "-3"], "--seed"),
+                                          (["teach", "--seed", "-1"], "--seed"),
+                                          (["assumptions", "{data}", "--seed", "-1"], "--seed")])
+def test_a_bad_seed_or_precision_is_named_as_the_option(tmp_path, capsys, good, argv, option):
+    # A new-user trial: `--seed -1` was refused as "seed must be an integer ≥ 0" and `--precision 20`
+    # as "precision must be ...", the Python names, where `--tol nan` names the option.
+    names = dict(run=tmp_path / "new", data=write(tmp_path / "d.npz", **good))
+    with pytest.raises(SystemExit) as exc:
+        main([part.format(**names) for part in argv])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"argument {option}:" in err and "Traceback" not in err
+    assert not (tmp_path / "new").exists()

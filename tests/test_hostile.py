@@ -29,7 +29,10 @@ def small():
 
 
 def run(argv, capsys):
-    code = main([str(a) for a in argv])
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as stop:                                          # argparse's usage errors
+        code = stop.code
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -183,10 +186,10 @@ def test_precision_as_an_int_and_numpy_integers_are_accepted(small):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["build", "--seed", "-1"], "seed must be an integer ≥ 0"),
+    (["build", "--seed", "-1"], "argument --seed: must be an integer ≥ 0"),
     (["build", "--tol", "nan"], "tol must be a finite positive number"),
     (["build", "--tol", "-1"], "tol must be a finite positive number"),
-    (["build", "--precision", "20"], "from 53 bits"),
+    (["build", "--precision", "20"], "argument --precision: must be from 53 bits"),
     (["build", "--precision", str(MAX_BITS + 1)], f"to {MAX_BITS} bits"),
 ])
 def test_bad_cli_options_exit_2_and_write_nothing(tmp_path, capsys, argv, needle):
