@@ -63,6 +63,14 @@ def build_scaled(data: Dataset, exponents: tuple[int, int, int], skip: bool, tol
         raise InputError(f"the data's scale ({scales}) puts the weights that memorize it beyond float64's "
                          "range; rescale E, X or Y towards 1", what="data out of range")
     check = verify(weights, data, tol)
+    skip_top = float(np.abs(X_o).max()) if skip else 0.0
+    if not check.passed and check.rank_Z == check.T and 2.0 ** -53 * skip_top >= check.tol / 8:
+        raise InputError(f"with --skip the output is x's first d_o coordinates (up to {skip_top:.3g}) plus the "
+                         f"heads' outputs, and the labels (up to {float(np.abs(data.Y).max()):.3g}) are their "
+                         "difference: float64 keeps about 16 significant digits of that sum, so the labels are "
+                         f"lost to cancellation (max |f − y| = {check.max_abs_error:.3g}, allowed "
+                         f"{check.tol:.3g}); build without --skip, or bring X's first d_o coordinates towards "
+                         "the labels' scale", what="data out of range")
     if not check.passed:
         raise InputError(f"the weights memorize the data at unit scale, but not at its own scale ({scales}): "
                          f"there rank Z = {check.rank_Z} of T = {check.T}, max |f − y| = "

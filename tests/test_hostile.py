@@ -88,6 +88,19 @@ def test_scales_that_broke_float64_now_build(small):
         assert "unit scale" in result.precision_reason
 
 
+@pytest.mark.parametrize("factor", [1e22, 1e30])
+def test_skip_with_queries_far_above_the_labels_is_refused_for_cancellation_not_overflow(small, factor):
+    # A new-user trial: the skip connection adds x's first d_o coordinates (here ~factor) to the
+    # heads' outputs, so labels near 1 are their difference and float64 loses them; the message
+    # blamed overflow or underflow, of which there is none.
+    data = as_dataset(small.E * factor, small.X * factor, small.Y)
+    with pytest.raises(InputError) as exc:
+        build(data, 3, skip=True)
+    message = str(exc.value)
+    assert "cancel" in message and "--skip" in message and "overflow" not in message, message
+    build(data, 3)                                                      # without skip it builds
+
+
 def test_labels_at_the_edge_of_float64_are_refused_with_the_reason(small):
     data = as_dataset(small.E, small.X, small.Y * 1.7e308)
     with warnings.catch_warnings():
