@@ -42,7 +42,8 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args()
     n, d = args.context, args.dim
-    print(f"n = {n}, d = {d}; best of {args.repeat} rounds, timed in turn; floor = one forward pass + one QR of Z")
+    print(f"n = {n}, d = {d}; best of {args.repeat} rounds, timed in turn; floor = one forward pass + one QR of Z; "
+          "ratio = (build + verify) / floor")
     print(f"{'kind':<12}{'H':>4}{'T':>6}{'build s':>10}{'verify s':>10}{'floor s':>10}{'ratio':>8}"
           f"{'max err':>11}{'sigma_min Z':>13}{'peak MiB':>10}")
     for kind in args.kind:
