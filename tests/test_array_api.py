@@ -8,6 +8,7 @@ standard's ``linalg`` extension, through :class:`construct.arith.Arithmetic`'s g
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from construct import synthetic, verify
 from construct.arith import FLOAT64, Arithmetic
@@ -106,3 +107,25 @@ def test_shared_context_rank_by_row_space_coordinates_on_strict_arrays(strict):
     r64 = row_rank(FLOAT64, Z, E)
     assert r.rank == r64.rank == T
     assert r.sigma_min == pytest.approx(r64.sigma_min, rel=1e-9) and r.sigma_max == pytest.approx(r64.sigma_max, rel=1e-9)
+
+
+@pytest.mark.parametrize("e", [1070, 1100, -1070, -1100, 0, 5, -5])
+def test_the_generic_ldexp_agrees_with_numpy_beyond_float64s_powers_of_two(strict, e):
+    # 2.0 ** e raised OverflowError for e > 1023 and flushed to 0.0 below -1074, so the generic
+    # arithmetic (CuPy's path too) could not scale subnormal contexts back from unit scale.
+    values = np.array([2.0 ** -1060, 3.0 * 2.0 ** -1040, 1.5, -2.0 ** 1000, 2.0 ** 1020, 5e-324, 0.0, 0.75 * 2 ** -1020])
+    with np.errstate(over="ignore"):
+        expected = np.ldexp(values, e)
+        got = strict.to_host(strict.ldexp(strict.asarray(values), e))
+    assert np.array_equal(got, expected, equal_nan=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(allow_nan=False, width=64), min_size=1, max_size=8), st.integers(-2300, 2300))
+def test_the_generic_ldexp_rounds_once_as_numpy_does(values, e):
+    ar = Arithmetic(xp, device=xp.Device("device1"), host_device=xp.Device("CPU_DEVICE"))
+    values = np.array(values)
+    with np.errstate(over="ignore"):
+        expected = np.ldexp(values, e)
+        got = ar.to_host(ar.ldexp(ar.asarray(values), e))
+    assert np.array_equal(got, expected) and np.array_equal(np.signbit(got), np.signbit(expected))

@@ -150,8 +150,18 @@ class Arithmetic:
         return self.xp.sqrt(A)
 
     def ldexp(self, A, e: int):
-        """``A · 2^e``, exact away from overflow and underflow."""
-        return A * 2.0 ** e
+        """``A · 2^e``, rounded once, as ``numpy.ldexp``: by products with powers of two of at
+        most ``2^±1000`` (``2.0 ** e`` alone overflows past 1023 and is 0 below −1074). Upward
+        the steps are exact until the result overflows. Downward the remainder goes first and
+        then steps of ``2^−1000``: a step short of the last is exact while its result is normal,
+        and where it is subnormal the exact result is below ``2^−2022`` and both are 0."""
+        e = int(e)
+        step = 1000 if e > 0 else -1000
+        first = e - step * (abs(e) // 1000)
+        A = A * 2.0 ** first                                           # a new array, also for e = 0
+        for _ in range(abs(e) // 1000):
+            A = A * 2.0 ** step
+        return A
 
     # -- products -------------------------------------------------------------------------------
 
