@@ -497,9 +497,12 @@ def test_verify_on_a_shared_context_spares_the_futile_gram_matrix(monkeypatch):
     from construct import synthetic
     from construct.build import build
     from construct.verify import verify
+    # (Seed 3: the readout's σ² is 0.37 and 0.07 of what the Gram route would need under
+    # OpenBLAS's Haswell and Sandybridge kernels; seed 0, chosen on an AVX-512 machine, gave 2.7
+    # under the Haswell kernels, and there the Gram is worth trying.)
     calls = _counting_gram(monkeypatch)
-    data = synthetic("shared", T=96 * 7 + 1, n=8, d=16, seed=0)
-    result = build(data, 96, seed=0)
+    data = synthetic("shared", T=96 * 7 + 1, n=8, d=16, seed=3)
+    result = build(data, 96, seed=3)
     calls.clear()
     v = verify(result.weights, data)
     assert calls == [] and v.passed and v.rank_Z == data.T
