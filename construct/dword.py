@@ -575,9 +575,14 @@ def shared_outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: 
 def row_bounds(out: DW, Y: np.ndarray) -> np.ndarray:
     """Per example, an upper bound on ``max_i |f_i − y_i|`` from the outputs' double words (NaN
     where nothing is proven)."""
+    # hi + lo − y = s + e + lo exactly; g = fl(e + lo) and t = fl(s + g) each round by at most
+    # u/(1 − u) ≤ 2u of their own size (an addition whose result is subnormal is exact), so
+    # |hi + lo − y| ≤ |t|(1 + 2u) + 2u|g|. Summing |s| and |g| instead added up to 2|lo| (about
+    # u·|f|) where the two have opposite signs. TINY covers 2u|g| rounded in the subnormal range.
     s, e = two_sum(out.hi, -Y)
     g = e + out.lo
-    bound = ((np.abs(s) + np.abs(g) * _STD + out.rad) * _STD).max(axis=1, initial=0.0)
+    t = s + g
+    bound = (((np.abs(t) + 2 * U * np.abs(g)) * _STD + out.rad + TINY) * _STD).max(axis=1, initial=0.0)
     return np.where(np.isfinite(bound), bound, np.nan)
 
 

@@ -2,10 +2,13 @@
 
 On a shared context the later heads' scales make the logits large; the float64 forward pass then
 agrees with the readout it was solved against while the exact model is off by far more. Here
-(H = 32, n = 16, d = 32, shared, the data's seed 2) the float64 forward pass of the plain float64
-readout reports about 3e-13 while the exact model's error is about 6e-12, so at a tolerance of
-2e-12 float64 alone cannot tell. (Most data sets of this shape show it: 6 of the seeds 0..11 put
-the exact error above 2·2e-12 with float64's check below 1e-12, for the build of 2026-11-23.)
+(H = 32, n = 16, d = 32, shared, the data's seed 10) the float64 forward pass of the plain float64
+readout reports below 1e-12 while the exact model's error is above 3e-11, so at a tolerance of
+2e-12 float64 alone cannot tell. Most data sets of this shape show it, but by how much depends
+on the last bits of the weights, and so on the CPU's BLAS kernels: among the seeds 0..11, four
+put the exact error above 2·2e-12 with float64's check below 1e-12 under both OpenBLAS's
+Haswell and Sandybridge kernels (seed 10: 6.0e-13 and 5.4e-11, 2.9e-13 and 3.2e-11). Seed 2,
+chosen on an AVX-512 machine, left only 3.4e-12 under the Haswell kernels.
 """
 
 import numpy as np
@@ -25,7 +28,7 @@ TIGHT = 2e-12
 
 @pytest.fixture(scope="module")
 def shared():
-    return synthetic("shared", T=32 * 15 + 1, n=16, d=32, seed=2)
+    return synthetic("shared", T=32 * 15 + 1, n=16, d=32, seed=10)
 
 
 def _exact_error_bound(weights, data) -> float:
@@ -50,15 +53,17 @@ def test_a_tight_tolerance_builds_weights_whose_exact_model_memorizes(shared):
 
 
 def test_verify_evaluates_in_double_words_where_float64_cannot_tell(shared):
-    loose = build(shared, 32).weights                  # exact error ≈ 6e-12
+    loose = build(shared, 32).weights                  # exact error above 3e-11
     refined = build(shared, 32, tol=TIGHT).weights
     v = verify(loose, shared, tol=TIGHT)
     assert v.outputs == "double words" and not v.passed
-    assert v.max_abs_error > 2 * TIGHT                 # the float64 forward pass said ≈ 3e-13
+    assert v.max_abs_error > 2 * TIGHT                 # the float64 forward pass said below 1e-12
     assert np.abs(forward(shared.E, shared.X, loose) - shared.Y).max() < TIGHT / 2
     v = verify(refined, shared, tol=TIGHT)
     assert v.outputs == "double words" and v.passed
-    assert v.max_abs_error <= _exact_error_bound(refined, shared)
+    # verify's figure is |f − y| with f the double words rounded to float64 (within u·|f|), the
+    # bound the double words' own: the figure lies below the bound up to that rounding.
+    assert v.max_abs_error <= _exact_error_bound(refined, shared) + 2 * U * np.abs(shared.Y).max()
 
 
 def test_float64_is_kept_where_its_rounding_is_far_below_the_tolerance(shared):
