@@ -138,7 +138,10 @@ class BuildResult:
         from .io import OutputFolder, json_bytes, sha256
         from .report import build_report
         weights, data = self.weights.to_bytes(), self.data.to_bytes()
-        report = build_report(self, data_source={"source": "python"}, data_sha256=sha256(data),
+        source = {"source": "python"}
+        if self.data.classes is not None:           # integer labels: the id of each column of Y
+            source["classes"] = list(self.data.classes)
+        report = build_report(self, data_source=source, data_sha256=sha256(data),
                               weights_sha256=sha256(weights), total_seconds=sum(self.timings.values()))
         with OutputFolder(folder, ("weights.npz", "data.npz", "report.json"), force=force) as out:
             out.publish({"weights.npz": weights, "data.npz": data, "report.json": json_bytes(report)})

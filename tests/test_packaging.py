@@ -1,9 +1,12 @@
 """The installed package holds every module of the source tree (a wheel, not the checkout)."""
 
+import json
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,3 +68,23 @@ def test_short_reprs_and_save_load(tmp_path):
     assert check_certificate(read_certificate((tmp_path / "c.json").read_bytes()), result.weights, data) == []
     result.save(tmp_path / "run")
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["data.npz", "report.json", "weights.npz"]
+
+
+def test_a_build_saved_from_python_keeps_the_class_ids_as_the_cli_does(tmp_path):
+    # A researcher's trial: own-data.md says the class ids are in report.json's data.classes;
+    # `mha-construct build` wrote them, `result.save` did not.
+    import construct
+    from construct.cli import main
+    rng = np.random.default_rng(0)
+    E, X = rng.standard_normal((12, 3, 6)), rng.standard_normal((12, 6))
+    labels = np.array([-3, 7, 100] * 4)
+    construct.build(construct.as_dataset(E, X, labels=labels), 6).save(tmp_path / "py")
+    from construct.io import npz_bytes
+    (tmp_path / "d.npz").write_bytes(npz_bytes({"E": E, "X": X, "labels": labels}))
+    assert main(["build", str(tmp_path / "d.npz"), "--heads", "6", "--out", str(tmp_path / "cli"), "--quiet"]) == 0
+    py, cli = (json.loads((tmp_path / f / "report.json").read_text())["data"] for f in ("py", "cli"))
+    assert py["classes"] == cli["classes"] == [-3, 7, 100]
+    assert py["source"] == "python" and py["sha256"] == cli["sha256"]
+    unlabelled = construct.synthetic("independent", T=7, n=3, d=5, seed=0)
+    construct.build(unlabelled, 3).save(tmp_path / "plain")
+    assert "classes" not in json.loads((tmp_path / "plain" / "report.json").read_text())["data"]
