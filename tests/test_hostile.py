@@ -498,3 +498,49 @@ def test_a_zero_dimensional_boolean_array_is_a_boolean(small):
     assert build(small, 3, skip=np.array(True)).weights.skip is True
     with pytest.raises(InputError, match="skip must be True or False"):
         build(small, 3, skip=np.array([True]))
+
+
+def _patched_members(raw: bytes, local_offset: int, central_offset: int, value: int) -> bytes:
+    """``raw`` with a 2-byte field of every local and central zip header set to ``value``."""
+    import struct
+    out = bytearray(raw)
+    for signature, offset in ((b"PK\x03\x04", local_offset), (b"PK\x01\x02", central_offset)):
+        i = 0
+        while (j := out.find(signature, i)) >= 0:
+            out[j + offset:j + offset + 2] = struct.pack("<H", value)
+            i = j + 4
+    return bytes(out)
+
+
+@pytest.mark.parametrize("damage", ["unbalanced header", "unknown compression", "encrypted flag"])
+def test_a_damaged_archive_is_refused_clearly_everywhere(tmp_path, capsys, small, damage):
+    # A hostile trial: these three crashed every reader with a traceback and exit 1
+    # (tokenize.TokenError, NotImplementedError, RuntimeError), which `certify --check` reads as
+    # a rejected certificate.
+    import io as bytes_io
+    arrays = {"E": small.E, "X": small.X, "Y": small.Y}
+    plain = npz_bytes(arrays)
+    if damage == "unbalanced header":
+        buf = bytes_io.BytesIO()
+        with zipfile.ZipFile(buf, "w") as zf:
+            for name, a in arrays.items():
+                member = bytes_io.BytesIO()
+                np.save(member, a)
+                raw = member.getvalue()
+                if name == "Y":
+                    shape = repr(a.shape).encode()
+                    raw = raw.replace(shape, shape[:-1] + b" ")
+                zf.writestr(f"{name}.npy", raw)
+        payload = buf.getvalue()
+    elif damage == "unknown compression":
+        payload = _patched_members(plain, 8, 10, 9)                     # method 9, deflate64
+    else:
+        payload = _patched_members(plain, 6, 8, 1)                      # flag bit 0, encrypted
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(payload)
+    with pytest.raises(InputError, match="bad.npz"):
+        load_dataset(bad)
+    for argv in (["assumptions", bad], ["build", bad, "--out", tmp_path / "o"]):
+        code, _, err = run(argv, capsys)
+        assert code == 2 and "bad.npz" in err and "Traceback" not in err, err
+    assert not (tmp_path / "o").exists()
