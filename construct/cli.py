@@ -389,14 +389,16 @@ def _path(text: str) -> Path:
     return Path(text)
 
 
+def _digits(text: str, least: int, meaning: str) -> int:
+    """An integer of ASCII digits, at least ``least``: Python's ``int`` would also take ``1_0``,
+    spaces around it, a sign and other scripts' digits, which an option refuses, never coerces."""
+    if not (text.isascii() and text.isdigit()) or int(text) < least:
+        raise argparse.ArgumentTypeError(f"must be {meaning}, got {text!r}")
+    return int(text)
+
+
 def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer ≥ 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer ≥ 0, got {value}")
-    return value
+    return _digits(text, 0, "an integer ≥ 0")
 
 
 def _precision(text: str) -> str:
@@ -410,13 +412,7 @@ def _precision(text: str) -> str:
 
 
 def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
+    return _digits(text, 1, "a positive integer")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -63,7 +63,7 @@ def parse(value) -> Precision | str:
         return value
     if value in ("auto", "float64"):
         return value if value == "auto" else FLOAT64
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.isascii() and value.isdigit():      # not " 200", "2_00", "²⁰⁰"
         bits = int(value)
     elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         bits = int(value)

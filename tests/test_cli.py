@@ -450,3 +450,16 @@ def test_a_bad_seed_or_precision_is_named_as_the_option(tmp_path, capsys, good, 
     err = capsys.readouterr().err
     assert exc.value.code == 2 and f"argument {option}:" in err and "Traceback" not in err
     assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("option", ["--heads", "--seed", "--precision"])
+@pytest.mark.parametrize("text", ["1_00", " 100", "100\n", "١٠٠", "１００", "¹⁰⁰", "+100"])
+def test_integer_options_take_ascii_digits_only(tmp_path, capsys, option, text):
+    # A hostile trial: Python's int() took `--heads 1_0` as 10, and Arabic-Indic or fullwidth
+    # digits and surrounding spaces too, against "options are refused, never coerced";
+    # `--precision ¹⁰⁰` passed isdigit() and then failed in int() with a raw message.
+    with pytest.raises(SystemExit) as exc:
+        main(["build", "--out", str(tmp_path / "o"), option, text])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"argument {option}:" in err and repr(text) in err, err
+    assert not (tmp_path / "o").exists()
