@@ -291,7 +291,7 @@ def _cmd_certify(args) -> int:
 
 
 def _cmd_teach(args) -> int:
-    from .io import check_file_target, write_atomic
+    from .io import check_file_target, write_atomic_many
     from .teach import teach
 
     walk = teach(args.heads, args.context, args.dim, seed=args.seed, shared=args.shared, rational=args.rational,
@@ -312,9 +312,9 @@ def _cmd_teach(args) -> int:
     if out is None:
         print(payload, end="")
         return 0
-    for fig_name, svg in zip(figures, walk.figures):
-        write_atomic(out / fig_name, svg.encode())
-    write_atomic(out / name, payload.encode())
+    # The page and its figures as one set: none is written unless all can be.
+    write_atomic_many([*((out / f, svg.encode()) for f, svg in zip(figures, walk.figures)),
+                       (out / name, payload.encode())])
     shown = {"html": f"{len(walk.figures)} figures inline",
              "markdown": f"{len(figures)} figures linked",
              "text": "no figures: see --format html, or --format markdown with --out"}[args.format]
@@ -338,8 +338,8 @@ def _cmd_assumptions(args) -> int:
 def _cmd_capacity(args) -> int:
     import importlib.util
 
-    from .io import check_file_target, write_atomic
-    from .sweeps import PLOT_SUFFIXES, plot, sweep, to_csv, to_json
+    from .io import check_file_target, write_atomic_many
+    from .sweeps import PLOT_SUFFIXES, plot_bytes, sweep, to_csv, to_json
 
     # Every file the command will write, as it will name them: with several kinds, a plot per kind.
     plots = [(path, kind, path if len(args.kind) == 1 else path.with_name(f"{path.stem}-{kind}{path.suffix}"))
@@ -371,15 +371,14 @@ def _cmd_capacity(args) -> int:
     for kind in args.kind:
         rows += sweep(args.vary, args.values, kind=kind, H=args.heads, n=args.context, d=args.dim,
                       d_h=args.head_dim, seed=args.seed, progress=show)
-    if args.csv:
-        write_atomic(args.csv, to_csv(rows).encode())
-        print(f"wrote        {args.csv}")
-    if args.json:
-        write_atomic(args.json, to_json(rows).encode())
-        print(f"wrote        {args.json}")
-    for _, kind, target in plots:
-        plot([r for r in rows if r["kind"] == kind], args.vary, target)
-        print(f"wrote        {target}")
+    # Every output as one set: none is written unless all can be.
+    files = [*([(args.csv, to_csv(rows).encode())] if args.csv else []),
+             *([(args.json, to_json(rows).encode())] if args.json else []),
+             *((target, plot_bytes([r for r in rows if r["kind"] == kind], args.vary, target.suffix))
+               for _, kind, target in plots)]
+    write_atomic_many(files)
+    for path, _ in files:
+        print(f"wrote        {path}")
     return 0
 
 

@@ -121,30 +121,69 @@ def write_atomic(path: str | os.PathLike, payload: bytes) -> None:
 
     Raises:
         OutputError: the OS refused (no space, no permission, a folder in the way), naming the
-            file and the folder; ``path`` is unchanged.
+            file and the folder; ``path`` is unchanged, and folders made for it are removed.
     """
-    path = Path(path)
+    write_atomic_many([(path, payload)])
+
+
+def write_atomic_many(files: list[tuple[str | os.PathLike, bytes]]) -> None:
+    """:func:`write_atomic` for several files as one step: every file is written and flushed to
+    a temporary beside its target before the first is renamed into place, so a full disk or a
+    refusal leaves every target as it was (and removes the folders made for them). Only a
+    failure of a rename itself, after every byte is on disk, can leave some replaced.
+
+    Raises:
+        OutputError: as :func:`write_atomic`, naming the file that could not be written.
+    """
+    made: list[Path] = []                       # folders made here, parents first
+    written: list[tuple[Path, Path]] = []       # (temporary, target)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise _os_error(exc, path.name, path.parent) from None
-    prefix = f".{path.name}."
-    for old in _siblings(path.parent, prefix):       # leftovers of killed writers
-        pid = old.name[len(prefix):].split(".")[0]
-        if old.name.endswith(".tmp") and pid.isdigit() and not _pid_alive(int(pid)):
-            _discard(old)
-    tmp = path.parent / f"{prefix}{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    try:
-        _write_file(tmp, payload, 0o666 & ~_umask())
-        if path.is_dir():
-            raise IsADirectoryError(21, "a folder of that name is in the way")
-        os.replace(tmp, path)
-    except OSError as exc:
-        _discard(tmp)
-        raise _os_error(exc, path.name, path.parent) from None
+        for path, payload in files:
+            path = Path(path)
+            try:
+                _make_folders(path.parent, made)
+                prefix = f".{path.name}."
+                for old in _siblings(path.parent, prefix):       # leftovers of killed writers
+                    pid = old.name[len(prefix):].split(".")[0]
+                    if old.name.endswith(".tmp") and pid.isdigit() and not _pid_alive(int(pid)):
+                        _discard(old)
+                tmp = path.parent / f"{prefix}{os.getpid()}.{secrets.token_hex(4)}.tmp"
+                written.append((tmp, path))
+                _write_file(tmp, payload, 0o666 & ~_umask())
+                if path.is_dir():
+                    raise IsADirectoryError(21, "a folder of that name is in the way")
+            except OSError as exc:
+                raise _os_error(exc, path.name, path.parent) from None
+        for tmp, path in written:
+            try:
+                os.replace(tmp, path)
+            except OSError as exc:
+                raise _os_error(exc, path.name, path.parent) from None
     except BaseException:
-        _discard(tmp)
+        for tmp, _ in written:
+            _discard(tmp)
+        for folder in reversed(made):
+            try:
+                folder.rmdir()                  # only if still empty: never another writer's files
+            except OSError:
+                pass
         raise
+
+
+def _make_folders(folder: Path, made: list[Path]) -> None:
+    """Make ``folder`` and its missing parents, appending each one made to ``made`` as soon as
+    it is (a folder another writer made meanwhile is not counted)."""
+    missing = []
+    for p in [folder, *folder.parents]:
+        if p.exists():
+            break
+        missing.append(p)
+    for p in reversed(missing):
+        try:
+            p.mkdir()
+        except FileExistsError:
+            continue
+        made.append(p)
 
 
 def _discard(path: Path) -> None:

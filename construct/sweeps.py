@@ -103,14 +103,22 @@ PLOT_SUFFIXES = (".svg", ".png")
 
 
 def plot(rows: list[dict], vary: str, path) -> None:
-    """Draw certified examples, the bound and the generic rank against ``vary`` (SVG or PNG by
-    the file's suffix); needs matplotlib (the ``[plot]`` extra).
+    """Draw certified examples, the bound and the generic rank against ``vary`` into ``path``
+    (SVG or PNG by the file's suffix, written whole or not at all); needs matplotlib (the
+    ``[plot]`` extra).
 
     Raises:
         InputError: another suffix, or matplotlib is missing.
     """
-    if Path(path).suffix.lower() not in PLOT_SUFFIXES:
-        raise InputError(f"{path}: a plot is written as .svg or .png", what="invalid option")
+    from .io import write_atomic
+    write_atomic(path, plot_bytes(rows, vary, Path(path).suffix))
+
+
+def plot_bytes(rows: list[dict], vary: str, suffix: str) -> bytes:
+    """The drawing of :func:`plot` as the bytes of a ``.svg`` or ``.png`` file (``suffix``)."""
+    if suffix.lower() not in PLOT_SUFFIXES:
+        raise InputError(f"a plot is written as .svg or .png, not {suffix or 'a file without a suffix'}",
+                         what="invalid option")
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -120,10 +128,10 @@ def plot(rows: list[dict], vary: str, path) -> None:
     # SVG text stays text (searchable, accessible); a fixed salt for the SVG's ids and no date:
     # the same rows give the same file.
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "mha-construct"}):
-        _draw(plt, rows, vary, path)
+        return _draw(plt, rows, vary, suffix.lower()[1:])
 
 
-def _draw(plt, rows: list[dict], vary: str, path) -> None:
+def _draw(plt, rows: list[dict], vary: str, kind: str) -> bytes:
     fig, ax = plt.subplots(figsize=(6, 4), constrained_layout=True)
     x = [r[vary] for r in rows]
     # The bound as a wide light band under the measured curves, so that it shows where they meet it.
@@ -141,8 +149,6 @@ def _draw(plt, rows: list[dict], vary: str, path) -> None:
     ax.grid(alpha=0.3)
     ax.legend()
     buffer = io.BytesIO()
-    kind = Path(path).suffix.lower()[1:]
     fig.savefig(buffer, format=kind, metadata={"Date": None} if kind == "svg" else None)
     plt.close(fig)
-    from .io import write_atomic
-    write_atomic(path, buffer.getvalue())                   # whole, or not at all
+    return buffer.getvalue()

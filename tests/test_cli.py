@@ -463,3 +463,47 @@ def test_integer_options_take_ascii_digits_only(tmp_path, capsys, option, text):
     err = capsys.readouterr().err
     assert exc.value.code == 2 and f"argument {option}:" in err and repr(text) in err, err
     assert not (tmp_path / "o").exists()
+
+
+def _disk_full_after(monkeypatch, files: int) -> None:
+    """Let ``files`` writes succeed, then fail every later one as a full disk does."""
+    import errno
+    import construct.io as io_module
+    real, count = io_module._write_file, [0]
+
+    def write(path, payload, mode):
+        count[0] += 1
+        if count[0] > files:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, payload, mode)
+    monkeypatch.setattr(io_module, "_write_file", write)
+
+
+def test_several_files_are_written_as_one_set_or_not_at_all(tmp_path, monkeypatch):
+    # A hostile trial: on a full disk, capacity left its CSV behind when a plot failed, teach its
+    # first figure, and certify --out / export --out the folders they had made.
+    from construct.errors import OutputError
+    from construct.io import write_atomic, write_atomic_many
+    kept = tmp_path / "kept.csv"
+    kept.write_text("old")
+    _disk_full_after(monkeypatch, 1)
+    with pytest.raises(OutputError, match="No space left"):
+        write_atomic_many([(kept, b"new"), (tmp_path / "new" / "deeper" / "p.svg", b"<svg/>")])
+    assert kept.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["kept.csv"]
+    _disk_full_after(monkeypatch, 0)
+    with pytest.raises(OutputError):
+        write_atomic(tmp_path / "made" / "for" / "c.json", b"{}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.csv"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["capacity", "--vary", "H", "--values", "1", "--context", "4", "--dim", "8", "--csv", "{o}/c.csv",
+     "--json", "{o}/c.json"],
+    ["teach", "--format", "markdown", "--out", "{o}/t"],
+])
+def test_a_command_that_cannot_write_all_its_files_writes_none(tmp_path, capsys, monkeypatch, argv):
+    _disk_full_after(monkeypatch, 1)
+    code = main([part.format(o=tmp_path / "out") for part in argv])
+    err = capsys.readouterr().err
+    assert code == 2 and "No space left" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
