@@ -728,6 +728,10 @@ def check_certificate(cert: dict, weights: Weights, data: Dataset) -> list[str]:
     if bits is not None and not 53 <= bits <= top:
         raise InputError(f"field interval_bits is {bits}: certify works at 53 to {top} bits for these weights",
                          what="invalid certificate")
+    if cert["method"] == "float64" and weights.bits is not None:      # a parameter out of bounds, as above
+        raise InputError(f"field method is float64, which certifies float64 weights only; these weights have "
+                         f"{weights.bits} bits (their certificates come from the interval method)",
+                         what="invalid certificate")
     fresh = certify(weights, data, tol=tol, method=cert["method"], bits=bits).claims
     problems = _compare("", cert, fresh, SCHEMA, cert)
     if (any(p.startswith("rank.") for p in problems) and cert["method"] == "float64"

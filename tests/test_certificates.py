@@ -937,3 +937,21 @@ def test_an_interval_bound_beyond_float64_is_written_as_null_and_checks(tmp_path
     assert not cert.passed and cert.claims["memorization"]["max_abs_error_bound"] is None
     cert.save(tmp_path / "c.json")
     assert check_certificate(read_certificate((tmp_path / "c.json").read_bytes()), weights, big) == []
+
+
+def test_a_float64_certificate_for_high_precision_weights_names_the_field_not_an_option(tmp_path):
+    # A hostile trial: relabelled "float64", the certificate of 100-bit weights was answered
+    # "invalid option: the float64 method certifies float64 weights", naming an option the user
+    # never gave. Like an interval precision out of bounds, it is a malformed certificate.
+    data = construct.synthetic("independent", T=7, n=3, d=4, seed=0)
+    weights = construct.build(data, 3, precision=100).weights
+    (tmp_path / "w.npz").write_bytes(weights.to_bytes())
+    (tmp_path / "d.npz").write_bytes(data.to_bytes())
+    cert = json.loads(json.dumps(C.certify(weights, data, method="interval").claims))
+    _relabel_as_float64(cert)
+    with pytest.raises(InputError, match="field method is float64.*100 bits"):
+        C.check_certificate(copy.deepcopy(cert), weights, data)
+    (tmp_path / "c.json").write_text(json.dumps(cert))
+    code, out, err = cli("certify", tmp_path / "w.npz", tmp_path / "d.npz", "--check", tmp_path / "c.json")
+    one_line_error(code, out, err)
+    assert "invalid certificate: field method is float64" in err and "option" not in err, err
