@@ -13,7 +13,7 @@ import numpy as np
 
 from .errors import InputError
 from .io import load_npz, npz_bytes
-from .limits import integer, require_memory
+from .limits import integer, real_array, require_memory
 
 SYNTHETIC_KINDS = ("independent", "shared", "general-position")
 
@@ -84,14 +84,8 @@ def _index_list(idx: np.ndarray, limit: int = 20) -> str:
 
 
 def _numeric(name: str, value, problems: list[str]) -> np.ndarray | None:
-    arr = np.asarray(value)
-    if arr.dtype == object:
-        problems.append(f"{name}: object array; give a numeric (float or int) array")
-        return None
-    if arr.dtype.kind not in "fiu":
-        problems.append(f"{name}: dtype {arr.dtype} is not a real number type (float or int)")
-        return None
-    return arr.astype(np.float64, copy=False)
+    arr = real_array(name, value, problems)
+    return None if arr is None else arr.astype(np.float64, copy=False)
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:

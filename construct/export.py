@@ -195,12 +195,12 @@ def evaluate(path: str | os.PathLike, fmt: str, E: np.ndarray, X: np.ndarray) ->
         return session.run(["f"], {"E": E.astype(dtype), "x": X.astype(dtype)})[0].astype(np.float64)
     if fmt == "safetensors":
         from safetensors.numpy import load_file
-        from .model import forward
+        from .model import forward_unchecked
         arrays = load_file(str(path))
         dtype = arrays["W_K"].dtype
         meta = read_safetensors(path)
         w = Weights(**{n: arrays[n] for n in _NAMES}, skip=meta.skip, prelayer=meta.prelayer)
-        return forward(E.astype(dtype), X.astype(dtype), w).astype(np.float64)
+        return forward_unchecked(E.astype(dtype), X.astype(dtype), w).astype(np.float64)
     import torch
     from .torch_model import load_state_dict
     module = load_state_dict(torch.load(path, weights_only=True))

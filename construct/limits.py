@@ -123,3 +123,22 @@ def require_memory(nbytes: float, what: str) -> None:
     if nbytes > free:
         raise InputError(f"{what} needs about {gib(nbytes)} of memory; {gib(free)} is available",
                          what="request too large for this machine")
+
+
+def real_array(name: str, value, problems: list[str]) -> np.ndarray | None:
+    """``value`` as a NumPy array of real numbers (its own dtype: float or integer), or None with
+    the reason appended to ``problems``: a ragged list, an object, string or complex array."""
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError) as exc:                # a ragged list, say
+        problems.append(f"{name}: not an array of numbers ({exc})")
+        return None
+    if arr.dtype == object:
+        problems.append(f"{name}: object array; give a numeric (float or int) array")
+    elif arr.dtype.kind == "c":
+        problems.append(f"{name}: dtype {arr.dtype} is not a real number type (float or int): complex values")
+    elif arr.dtype.kind not in "fiu":
+        problems.append(f"{name}: dtype {arr.dtype} is not a real number type (float or int)")
+    else:
+        return arr
+    return None

@@ -18,7 +18,7 @@ from .arith.mp import decimal_strings, from_decimal_strings
 from .arith.threads import row_blocks
 from .errors import InputError
 from .io import load_npz, npz_bytes
-from .limits import integer
+from .limits import integer, real_array
 
 
 def capacity(H: int, n: int, d_h: int) -> int:
@@ -191,9 +191,8 @@ def as_weights(W_K, W_Q, W_V, W_O, W_D, skip=False, prelayer=None) -> Weights:
     given = {"W_K": W_K, "W_Q": W_Q, "W_V": W_V, "W_O": W_O, "W_D": W_D}
     problems, arr = [], {}
     for name, value in given.items():
-        a = np.asarray(value)
-        if a.dtype.kind not in "fiu":
-            problems.append(f"{name}: dtype {a.dtype} is not a real number type")
+        a = real_array(name, value, problems)
+        if a is None:
             continue
         a = np.array(a, dtype=np.float64, order="C", copy=True)
         want = 3 if name in ("W_K", "W_Q", "W_V") else 2
@@ -381,13 +380,49 @@ def output_from_features(Z, X, weights: Weights, ar: Arithmetic | None = None):
 def forward(E, X, weights: Weights, ar: Arithmetic | None = None):
     """The model ``f(E, x; θ)`` for every example, shape (T, d_o), its pre-layer included.
 
+    ``E`` and ``X``: arrays or nested lists of finite real numbers (floats keep their dtype, so
+    float32 inputs evaluate in float32; integers become float64); with high-precision weights
+    also object arrays of mpmath numbers. ``T = 0`` gives an empty (0, d_o) result.
+
     Raises:
-        InputError: ``E`` (T, n, d) and ``X`` (T, d) do not have those shapes, with the weights' ``d``.
+        InputError: ``E`` (T, n, d) and ``X`` (T, d) do not have those shapes, with the weights'
+            ``d``, or hold something else than finite real numbers (named by example).
     """
+    high = isinstance(weights, Weights) and weights.bits is not None
+    if ar is None and not (high and all(getattr(a, "dtype", None) == object for a in (E, X))):
+        E, X = _real_inputs(E, X)             # (high-precision weights also take mpmath numbers)
     _check_inputs(E, X, weights)
+    if ar is None and E.shape[0] == 0 and E.dtype != object:
+        return np.zeros((0, weights.d_o), dtype=np.result_type(E.dtype, X.dtype, np.float32))
+    return forward_unchecked(E, X, weights, ar)
+
+
+def forward_unchecked(E, X, weights: Weights, ar: Arithmetic | None = None):
+    """:func:`forward` on inputs already checked, whatever their values: the engine's own float32
+    evaluations, where data near float64's top become infinite in float32 and that is the answer."""
     ar = for_bits(weights.bits) if ar is None else ar
     E, X = layer_inputs(weights, E, X, ar)
     return output_from_features(feature_matrix(E, X, weights, ar), X, weights, ar)
+
+
+def _real_inputs(E, X) -> tuple[np.ndarray, np.ndarray]:
+    """``E`` and ``X`` as NumPy arrays of finite real numbers (floats keep their dtype, integers
+    become float64), or :class:`InputError` naming the array and the examples."""
+    problems: list[str] = []
+    arrays = []
+    for name, value in (("E", E), ("X", X)):
+        a = real_array(name, value, problems)
+        if a is not None and a.dtype.kind != "f":
+            a = a.astype(np.float64)
+        if a is not None and a.ndim >= 1:
+            bad = ~np.isfinite(a).all(axis=tuple(range(1, a.ndim)))
+            if bad.any():
+                shown = ", ".join(map(str, np.flatnonzero(bad)[:20])) + (" …" if bad.sum() > 20 else "")
+                problems.append(f"{name}: non-finite values (NaN or inf) in example(s) {shown}")
+        arrays.append(a)
+    if problems:
+        raise InputError(problems, what="invalid inputs")
+    return arrays[0], arrays[1]
 
 
 def _check_inputs(E, X, weights: Weights) -> None:

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
-from construct import (Dataset, InputError, as_dataset, as_weights, build, load_dataset, load_weights, synthetic,
-                       verify)
+from construct import (Dataset, InputError, as_dataset, as_weights, build, forward, load_dataset, load_weights,
+                       synthetic, verify)
 from construct.certify import certify
 from construct.cli import main
 from construct.io import npz_bytes
@@ -455,7 +455,7 @@ def test_the_python_entry_points_name_a_wrong_argument(small):
     # A hostile trial: feature_matrix(E of 7 examples, X of 3) returned 3 rows; forward(E, X, None),
     # check_assumptions(an array) and kruskal_rank(a vector) raised AttributeError or IndexError;
     # load_weights of a 5,000-character name raised OSError.
-    from construct import feature_matrix, forward
+    from construct import feature_matrix
     from construct.assumptions import check_assumptions, kruskal_rank
     w = build(small, 3).weights
     cases = [(lambda: feature_matrix(small.E, small.X[:3], w), "E holds 7 contexts but X 3 queries"),
@@ -544,3 +544,38 @@ def test_a_damaged_archive_is_refused_clearly_everywhere(tmp_path, capsys, small
         code, _, err = run(argv, capsys)
         assert code == 2 and "bad.npz" in err and "Traceback" not in err, err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("bad, needle", [
+    (lambda E: E.astype(np.complex128), "complex"),
+    (lambda E: E.astype(str), "not a real number type"),
+    (lambda E: E.astype(object), "object"),
+    (lambda E: np.where(np.arange(E.shape[0])[:, None, None] == 2, np.nan, E), "example(s) 2"),
+    (lambda E: [[[1.0, 2.0], [3.0]]], "not an array of numbers"),
+])
+def test_forward_refuses_inputs_that_are_not_real_numbers(small, bad, needle):
+    # A hostile trial: forward checked only the shapes: complex inputs lost their imaginary parts
+    # with a ComplexWarning, NaN came back as NaN outputs, strings and object arrays raised
+    # numpy's TypeError, a ragged list its ValueError, and a list was reported as shape ().
+    w = build(small, 3).weights
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(InputError, match="E") as exc:
+            forward(bad(small.E), small.X, w)
+    assert needle in str(exc.value), str(exc.value)
+
+
+def test_forward_takes_lists_and_integers_and_an_empty_batch(small):
+    w = build(small, 3).weights
+    out = forward(small.E.tolist(), small.X.tolist(), w)
+    assert np.array_equal(out, forward(small.E, small.X, w))
+    assert forward(small.E[:0], small.X[:0], w).shape == (0, small.d_o)
+    assert forward((np.ones((2, 3, 4)) + np.eye(3, 4)).astype(np.int64), np.ones((2, 4), dtype=np.int8), w).shape == (2, 2)
+
+
+def test_a_ragged_list_is_refused_by_as_dataset_and_as_weights():
+    with pytest.raises(InputError, match="E: not an array of numbers"):
+        as_dataset([[[1.0], [1.0, 2.0]]], [[1.0]], [1.0])
+    with pytest.raises(InputError, match="W_K"):
+        as_weights(W_K=[[[1.0], [1.0, 2.0]]], W_Q=np.ones((1, 2, 1)), W_V=np.ones((1, 2, 1)),
+                   W_O=np.ones((1, 2)), W_D=np.ones((2, 1)))
