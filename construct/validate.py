@@ -32,10 +32,11 @@ def validate(data: Dataset, H: int, d_h: int, d_v: int) -> int:
         bad = a2_violations(data.E)
         if bad.size:
             shown = ", ".join(map(str, bad[:20])) + (f", … ({bad.size} in all)" if bad.size > 20 else "")
-            problems.append(f"E: context of example(s) {shown} is not of full row rank (A2 needs "
-                            f"rank E^(t) = n = {n}: distinct, linearly independent tokens); what would build: "
-                            "remove or perturb the repeated (or dependent) tokens, or add a positional encoding "
-                            "to the tokens, which tells a token at two positions apart")
+            problems.append(f"E: context of example(s) {shown} is not of full row rank to float64's precision "
+                            f"(A2 needs rank E^(t) = n = {n}: distinct, linearly independent tokens); what would "
+                            "build: remove or perturb the repeated (or dependent) tokens, or add a positional "
+                            "encoding to the tokens, which tells a token at two positions apart"
+                            + _column_scales(data.E))
     cap = capacity(H, n, d_h)
     if T > cap:
         need = heads_needed(T, k)
@@ -55,3 +56,16 @@ def memory_estimate(data: Dataset, H: int, d_h: int, d_v: int) -> int:
     the weights."""
     T, n, d = data.T, data.n, data.d
     return 8 * (2 * T * H * d + 3 * T * T + 3 * T * (n * d + d + data.d_o) + H * d * (2 * d_h + d_v))
+
+
+def _column_scales(E) -> str:
+    """Where the token coordinates' sizes span more than float64's precision can combine, say so:
+    then a context can be of full rank in exact arithmetic and not in float64."""
+    import numpy as np
+    top = np.abs(E).max(axis=(0, 1))
+    live = top[top > 0]
+    if live.size < 2 or live.max() <= live.min() * 2.0 ** 52:
+        return ""
+    # (A ratio, not the sizes: far from unit scale the data here are the rescaled ones.)
+    return (f"; E's columns differ in size by a factor of at least {live.max() / live.min():.3g}, more than "
+            "float64's 53 bits combine: rescale the columns towards one size")

@@ -579,3 +579,18 @@ def test_a_ragged_list_is_refused_by_as_dataset_and_as_weights():
     with pytest.raises(InputError, match="W_K"):
         as_weights(W_K=[[[1.0], [1.0, 2.0]]], W_Q=np.ones((1, 2, 1)), W_V=np.ones((1, 2, 1)),
                    W_O=np.ones((1, 2)), W_D=np.ones((2, 1)))
+
+
+def test_contexts_of_full_rank_only_beyond_float64_are_named_as_such(small):
+    # A hostile trial: columns scaled by 1e-200 and 1e200 keep every context of rank n in exact
+    # arithmetic, and the refusal said plainly "not of full row rank", which is untrue; the
+    # rank is lost to float64's precision, and the columns' scales are the cause.
+    scale = np.array([1e-200, 1.0, 1e200, 1.0])
+    data = as_dataset(small.E * scale, small.X * scale, small.Y)
+    with pytest.raises(InputError) as exc:
+        build(data, 3)
+    message = str(exc.value)
+    assert "float64's precision" in message and "columns differ in size by a factor" in message, message
+    with pytest.raises(InputError) as exc:                              # a plain repeated token: no such hint
+        build(as_dataset(np.concatenate([small.E[:, :1], small.E[:, :2]], axis=1), small.X, small.Y), 3)
+    assert "not of full row rank" in str(exc.value) and "columns differ" not in str(exc.value)
