@@ -13,7 +13,7 @@ import numpy as np
 
 from .errors import InputError
 from .io import load_npz, npz_bytes
-from .limits import integer, real_array, require_memory
+from .limits import as_float64, integer, real_array, require_memory
 
 SYNTHETIC_KINDS = ("independent", "shared", "general-position")
 
@@ -85,7 +85,7 @@ def _index_list(idx: np.ndarray, limit: int = 20) -> str:
 
 def _numeric(name: str, value, problems: list[str]) -> np.ndarray | None:
     arr = real_array(name, value, problems)
-    return None if arr is None else arr.astype(np.float64, copy=False)
+    return None if arr is None else as_float64(name, arr, problems)
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:

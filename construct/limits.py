@@ -142,3 +142,18 @@ def real_array(name: str, value, problems: list[str]) -> np.ndarray | None:
     else:
         return arr
     return None
+
+
+def as_float64(name: str, arr: np.ndarray, problems: list[str]) -> np.ndarray | None:
+    """A real array as float64, or None with the reason in ``problems`` where a wider float
+    (a long double) holds finite values beyond float64's range, named by example."""
+    with np.errstate(over="ignore"):
+        out = arr.astype(np.float64, copy=False)
+    if arr.dtype.kind == "f" and arr.dtype.itemsize > 8:
+        beyond = (np.isinf(out) & np.isfinite(arr)).reshape(arr.shape[0], -1).any(axis=1) if arr.ndim else None
+        if beyond is not None and beyond.any():
+            shown = ", ".join(map(str, np.flatnonzero(beyond)[:20]))
+            problems.append(f"{name}: values beyond float64's range (about 1.8e308) in example(s) {shown}; "
+                            "rescale them")
+            return None
+    return out

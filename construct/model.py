@@ -18,7 +18,7 @@ from .arith.mp import decimal_strings, from_decimal_strings
 from .arith.threads import row_blocks
 from .errors import InputError
 from .io import load_npz, npz_bytes
-from .limits import integer, real_array
+from .limits import as_float64, integer, real_array
 
 
 def capacity(H: int, n: int, d_h: int) -> int:
@@ -192,6 +192,7 @@ def as_weights(W_K, W_Q, W_V, W_O, W_D, skip=False, prelayer=None) -> Weights:
     problems, arr = [], {}
     for name, value in given.items():
         a = real_array(name, value, problems)
+        a = None if a is None else as_float64(name, a, problems)
         if a is None:
             continue
         a = np.array(a, dtype=np.float64, order="C", copy=True)

@@ -14,6 +14,7 @@ import copy
 import hashlib
 import io
 import json
+import warnings
 import signal
 import subprocess
 import sys
@@ -955,3 +956,16 @@ def test_a_float64_certificate_for_high_precision_weights_names_the_field_not_an
     code, out, err = cli("certify", tmp_path / "w.npz", tmp_path / "d.npz", "--check", tmp_path / "c.json")
     one_line_error(code, out, err)
     assert "invalid certificate: field method is float64" in err and "option" not in err, err
+
+
+def test_data_near_float64s_bottom_are_certified_without_a_runtime_warning():
+    # A hostile trial: contexts near 1e-300 give a right inverse near 1e300, whose squares
+    # overflowed with "RuntimeWarning: overflow encountered in square" on stderr.
+    base = construct.synthetic("independent", T=7, n=4, d=8, seed=0)
+    data = construct.as_dataset(base.E * 1e-300, base.X * 1e-300, base.Y)
+    weights = construct.build(data, 2).weights
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cert = C.certify(weights, data)
+    assert cert.claims["rank"]["proven"] and cert.claims["memorization"]["proven"]
+    assert C.check_certificate(json.loads(json.dumps(cert.claims)), weights, data) == []

@@ -286,3 +286,20 @@ def test_a_hostile_state_dict_is_refused_by_name(built):
         with pytest.raises(InputError, match=needle):
             load_state_dict(bad)
     assert load_state_dict(state).W_K.shape[0] == weights.H
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "safetensors", "torch"])
+def test_float32_exports_of_data_beyond_float32_say_so_without_a_runtime_warning(fmt, tmp_path):
+    # A hostile trial: data near 1e300 cast to float32 for the evaluation printed "RuntimeWarning:
+    # overflow encountered in cast" (an error under -W error); the answer is that the labels do
+    # not hold at that dtype.
+    import warnings
+    pytest.importorskip({"onnx": "onnxruntime", "safetensors": "safetensors", "torch": "torch"}[fmt])
+    from construct import as_dataset
+    base = synthetic("independent", T=7, n=4, d=8, seed=0)
+    data = as_dataset(base.E * 1e300, base.X * 1e300, base.Y * 1e300)
+    weights = build(data, 2).weights
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        info = export(weights, fmt, tmp_path / f"m.{fmt}", dtype="float32", data=data)
+    assert info["max_abs_error"] == math.inf and not info["labels_hold"]

@@ -594,3 +594,19 @@ def test_contexts_of_full_rank_only_beyond_float64_are_named_as_such(small):
     with pytest.raises(InputError) as exc:                              # a plain repeated token: no such hint
         build(as_dataset(np.concatenate([small.E[:, :1], small.E[:, :2]], axis=1), small.X, small.Y), 3)
     assert "not of full row rank" in str(exc.value) and "columns differ" not in str(exc.value)
+
+
+def test_long_double_values_beyond_float64_are_named_as_such(small):
+    # A hostile trial: a long double 1e400 gave "RuntimeWarning: overflow encountered in cast",
+    # then "non-finite values (NaN or inf)", though the value is finite where it was written.
+    E = small.E.astype(np.longdouble)
+    E[4, 0, 0] = np.longdouble("1e400")
+    if not np.isfinite(E[4, 0, 0]):
+        pytest.skip("this platform's long double is float64")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(InputError, match=r"E: values beyond float64's range .*example\(s\) 4"):
+            as_dataset(E, small.X, small.Y)
+        with pytest.raises(InputError, match="W_K: values beyond float64's range"):
+            as_weights(W_K=E[3:6].transpose(0, 2, 1), W_Q=np.ones((3, 4, 3)), W_V=np.ones((3, 4, 1)),
+                       W_O=np.ones((3, 4)), W_D=np.ones((4, 1)))
