@@ -9,6 +9,7 @@ rescaling labels does not change the verdict); the default ``tol`` is ``1e-8``. 
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -60,7 +61,12 @@ class Verification:
     device_reason: str = ""
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields as a dict; ``rank_Z`` None where it was not computed (``Z`` not finite:
+        then the attribute is 0 and ``sigma_min_Z`` NaN)."""
+        out = asdict(self)
+        if self.rank_Z == 0 and math.isnan(self.sigma_min_Z):
+            out["rank_Z"] = None
+        return out
 
 
 def check(ar: Arithmetic, Z, weights: Weights, data: Dataset, tol: float = DEFAULT_TOL,

@@ -507,3 +507,16 @@ def test_a_command_that_cannot_write_all_its_files_writes_none(tmp_path, capsys,
     err = capsys.readouterr().err
     assert code == 2 and "No space left" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_verify_json_says_null_for_a_rank_it_did_not_compute(tmp_path, capsys, small_run):
+    # A hostile trial: with logits that overflow, the text said "not computed" and the JSON
+    # "rank_Z": 0, a rank that was never measured.
+    from construct import load_weights
+    w = load_weights(small_run / "weights.npz")
+    arrays = {k: getattr(w, k) for k in ("W_K", "W_Q", "W_V", "W_O", "W_D")}
+    arrays["W_K"], arrays["W_Q"] = arrays["W_K"] * 1e200, arrays["W_Q"] * 1e200
+    bad = write(tmp_path / "w.npz", **arrays, skip=np.array(w.skip))
+    code, out, _ = run(["verify", bad, small_run / "data.npz", "--json"], capsys)
+    report = json.loads(out)
+    assert code == 1 and report["rank_Z"] is None and report["sigma_min_Z"] is None and not report["passed"]
