@@ -247,6 +247,7 @@ def _cmd_export(args) -> int:
 def _cmd_certify(args) -> int:
     from .certify import MAX_CERTIFICATE_BYTES, check_certificate, certify, read_certificate
     from .data import load_dataset
+    from .io import check_file_target
     from .limits import tolerance
     from .model import load_weights
     from .verify import DEFAULT_TOL
@@ -278,6 +279,7 @@ def _cmd_certify(args) -> int:
     tol = tolerance(DEFAULT_TOL if args.tol is None else args.tol, "--tol")
     if args.out is not None:
         _not_an_input(args.out, weights=args.weights, data=args.data)
+        check_file_target(args.out, "--out")          # before the work, not after it
     weights, data = load_weights(args.weights), load_dataset(args.data)
     result = certify(weights, data, tol=tol, method=args.method or "auto",
                      progress=lambda note: print(f"mha-construct certify: {note}", file=sys.stderr, flush=True))

@@ -520,3 +520,13 @@ def test_verify_json_says_null_for_a_rank_it_did_not_compute(tmp_path, capsys, s
     code, out, _ = run(["verify", bad, small_run / "data.npz", "--json"], capsys)
     report = json.loads(out)
     assert code == 1 and report["rank_Z"] is None and report["sigma_min_Z"] is None and not report["passed"]
+
+
+def test_certify_out_naming_a_folder_is_refused_before_the_work(tmp_path, capsys, small_run, monkeypatch):
+    # A hostile trial: `certify --out EXISTING_FOLDER` certified first and failed on writing.
+    import construct.certify as certify_module
+    monkeypatch.setattr(certify_module, "certify", lambda *a, **k: pytest.fail("certified before refusing --out"))
+    (tmp_path / "a folder").mkdir()
+    code, out, err = run(["certify", small_run / "weights.npz", small_run / "data.npz", "--out",
+                          tmp_path / "a folder"], capsys)
+    assert code == 2 and "--out" in err and "is a folder" in err and out == ""
