@@ -111,7 +111,8 @@ def _matrix(A: np.ndarray) -> mpmath.matrix:
 
 
 def decimal_strings(A: np.ndarray, bits: int) -> np.ndarray:
-    """The exact values of ``mpf`` array ``A`` as decimal strings that round-trip at ``bits``."""
+    """The values of ``mpf`` array ``A`` (``bits``-bit numbers) as decimal strings that round-trip
+    at ``bits``: :func:`from_decimal_strings` gives ``A`` back exactly."""
     digits = int(bits * 0.30103) + 3
     return np.array([mpmath.nstr(v, digits, strip_zeros=False) for v in A.ravel()], dtype=str).reshape(A.shape)
 
