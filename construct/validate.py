@@ -41,7 +41,9 @@ def validate(data: Dataset, H: int, d_h: int, d_v: int) -> int:
     if T > cap:
         need = heads_needed(T, k)
         hint = (f"{need} heads would suffice" if need is not None
-                else "no number of heads suffices with k = 1; raise the head dim and context size")
+                else "no number of heads suffices with k = 1; " + (
+                    "raise the head dim (d_h ≥ 2)" if n >= 2 else
+                    "contexts of one token separate nothing: give contexts of at least 2 tokens"))
         problems.append(f"T = {T} examples exceed the capacity H(k−1)+1 = {cap} of H = {H} heads "
                         f"with k = min(n = {n}, d_h = {d_h}) = {k}; {hint}")
         raise CapacityError(problems, what="dataset over capacity")

@@ -610,3 +610,16 @@ def test_long_double_values_beyond_float64_are_named_as_such(small):
         with pytest.raises(InputError, match="W_K: values beyond float64's range"):
             as_weights(W_K=E[3:6].transpose(0, 2, 1), W_Q=np.ones((3, 4, 3)), W_V=np.ones((3, 4, 1)),
                        W_O=np.ones((3, 4)), W_D=np.ones((4, 1)))
+
+
+def test_the_k_equals_1_advice_names_what_is_short(small):
+    # A hostile trial: with --head-dim 1 the advice was "raise the head dim and context size",
+    # though the context (n = 3) was already enough.
+    with pytest.raises(InputError) as exc:
+        build(small, 3, head_dim=1)
+    message = str(exc.value)
+    assert "head dim" in message and "context size" not in message, message
+    one_token = as_dataset(small.E[:, :1], small.X, small.Y)
+    with pytest.raises(InputError) as exc:
+        build(one_token, 3)
+    assert "context" in str(exc.value) and "head dim" not in str(exc.value).split("k = 1")[-1], str(exc.value)
