@@ -220,7 +220,7 @@ def _cmd_verify(args) -> int:
 def _cmd_export(args) -> int:
     from .data import load_dataset
     from .export import export
-    from .io import sha256
+    from .io import check_file_target, sha256
     from .limits import tolerance
     from .model import load_weights
 
@@ -231,6 +231,7 @@ def _cmd_export(args) -> int:
     data_file = args.data if args.data is not None else (beside / "data.npz" if (beside / "data.npz").is_file() else None)
     report = beside / "report.json"
     _not_an_input(args.out, weights=args.weights, data=data_file, report=report if report.is_file() else None)
+    check_file_target(args.out, "--out")
     data = load_dataset(data_file) if data_file is not None else None
     info = export(weights, args.format, args.out, dtype=args.dtype, data=data, tol=args.tol,
                   report_sha256=sha256(report.read_bytes()) if report.is_file() else None)

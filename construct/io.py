@@ -109,6 +109,14 @@ def check_file_target(path: str | os.PathLike, label: str) -> None:
         if parent.exists():
             if not parent.is_dir():
                 raise InputError(f"{label} {str(path)!r}: {str(parent)!r} is not a folder", what="invalid output")
+            if parent == path.parent:               # can a file be made there? (/proc, a read-only mount)
+                probe = parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.probe"
+                try:
+                    os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+                except OSError as exc:
+                    raise InputError(f"{label} {str(path)!r}: no file can be made in {str(parent)!r} "
+                                     f"({exc.strerror or exc})", what="invalid output") from None
+                _discard(probe)
             return
 
 

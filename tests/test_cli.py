@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -530,3 +531,19 @@ def test_certify_out_naming_a_folder_is_refused_before_the_work(tmp_path, capsys
     code, out, err = run(["certify", small_run / "weights.npz", small_run / "data.npz", "--out",
                           tmp_path / "a folder"], capsys)
     assert code == 2 and "--out" in err and "is a folder" in err and out == ""
+
+
+@pytest.mark.parametrize("command", ["capacity", "export", "certify"])
+def test_an_output_where_no_file_can_be_made_is_refused_before_the_work(tmp_path, capsys, small_run, command):
+    # A hostile trial: `capacity --csv /proc/x.csv` ran the sweep, then failed to write; export
+    # into a path under a file said "Not a directory [Errno 20]".
+    target = {"capacity": "/proc/x.csv", "export": str(small_run / "weights.npz" / "m.pt"),
+              "certify": "/proc/c.json"}[command]
+    if target.startswith("/proc") and not Path("/proc/self").is_dir():
+        pytest.skip("no /proc file system here (Linux's, where no file can be made)")
+    argv = {"capacity": ["capacity", "--vary", "H", "--values", "1", "--context", "4", "--dim", "8", "--csv", target],
+            "export": ["export", small_run / "weights.npz", "--format", "torch", "--out", target],
+            "certify": ["certify", small_run / "weights.npz", small_run / "data.npz", "--out", target]}[command]
+    code, out, err = run(argv, capsys)
+    assert code == 2 and "invalid output" in err and "Traceback" not in err, err
+    assert "kind" not in out and "PROVEN" not in out                   # no sweep, no certificate
