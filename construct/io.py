@@ -17,6 +17,7 @@ import io
 import json
 import math
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -116,7 +117,8 @@ def check_file_target(path: str | os.PathLike, label: str) -> None:
                 except OSError as exc:
                     raise InputError(f"{label} {str(path)!r}: no file can be made in {str(parent)!r} "
                                      f"({exc.strerror or exc})", what="invalid output") from None
-                _discard(probe)
+                finally:
+                    _discard(probe)                 # (one a kill left is swept by the next writer)
             return
 
 
@@ -137,8 +139,9 @@ def write_atomic(path: str | os.PathLike, payload: bytes) -> None:
 def write_atomic_many(files: list[tuple[str | os.PathLike, bytes]]) -> None:
     """:func:`write_atomic` for several files as one step: every file is written and flushed to
     a temporary beside its target before the first is renamed into place, so a full disk or a
-    refusal leaves every target as it was (and removes the folders made for them). Only a
-    failure of a rename itself, after every byte is on disk, can leave some replaced.
+    refusal leaves every target as it was (and removes the folders made for them). Between the
+    renames, a failed rename (its message names the files already replaced), a kill or a power
+    loss can leave some replaced and others not.
 
     Raises:
         OutputError: as :func:`write_atomic`, naming the file that could not be written.
@@ -150,23 +153,24 @@ def write_atomic_many(files: list[tuple[str | os.PathLike, bytes]]) -> None:
             path = Path(path)
             try:
                 _make_folders(path.parent, made)
-                prefix = f".{path.name}."
-                for old in _siblings(path.parent, prefix):       # leftovers of killed writers
-                    pid = old.name[len(prefix):].split(".")[0]
-                    if old.name.endswith(".tmp") and pid.isdigit() and not _pid_alive(int(pid)):
-                        _discard(old)
-                tmp = path.parent / f"{prefix}{os.getpid()}.{secrets.token_hex(4)}.tmp"
+                _sweep(path)
+                tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
                 written.append((tmp, path))
                 _write_file(tmp, payload, 0o666 & ~_umask())
                 if path.is_dir():
                     raise IsADirectoryError(21, "a folder of that name is in the way")
             except OSError as exc:
                 raise _os_error(exc, path.name, path.parent) from None
-        for tmp, path in written:
+        for i, (tmp, path) in enumerate(written):
             try:
                 os.replace(tmp, path)
             except OSError as exc:
-                raise _os_error(exc, path.name, path.parent) from None
+                if i == 0:
+                    raise _os_error(exc, path.name, path.parent) from None
+                done = ", ".join(str(p) for _, p in written[:i])
+                raise OutputError(f"cannot write {path.name} into {str(path.parent)!r}: {exc.strerror or exc}; "
+                                  f"{done} {'was' if i == 1 else 'were'} already replaced, the rest was not "
+                                  "written") from None
     except BaseException:
         for tmp, _ in written:
             _discard(tmp)
@@ -176,6 +180,17 @@ def write_atomic_many(files: list[tuple[str | os.PathLike, bytes]]) -> None:
             except OSError:
                 pass
         raise
+
+
+def _sweep(path: Path) -> None:
+    """Remove what killed writers of ``path`` left beside it: ``.NAME.PID.HEX.tmp`` and
+    ``.NAME.PID.HEX.probe`` files whose process is gone (the exact pattern: another target's
+    ``.NAME.99.…`` is not one of them)."""
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.(\d+)\.[0-9a-f]{{8}}\.(tmp|probe)")
+    for old in _siblings(path.parent, f".{path.name}."):
+        m = pattern.fullmatch(old.name)
+        if m and not _pid_alive(int(m.group(1))):
+            _discard(old)
 
 
 def _make_folders(folder: Path, made: list[Path]) -> None:

@@ -547,3 +547,34 @@ def test_an_output_where_no_file_can_be_made_is_refused_before_the_work(tmp_path
     code, out, err = run(argv, capsys)
     assert code == 2 and "invalid output" in err and "Traceback" not in err, err
     assert "kind" not in out and "PROVEN" not in out                   # no sweep, no certificate
+
+
+def test_the_leftover_sweep_takes_only_dead_writers_files_of_that_name(tmp_path):
+    # A review: the sweep for `out` read `.out.99999.<pid>.<hex>.tmp`, the live temporary of
+    # `out.99999` written in the same call, as a dead writer's (pid 99999) and removed it.
+    from construct.io import write_atomic_many
+    write_atomic_many([(tmp_path / "out.99999", b"a"), (tmp_path / "out", b"b")])
+    assert (tmp_path / "out.99999").read_bytes() == b"a" and (tmp_path / "out").read_bytes() == b"b"
+    dead = tmp_path / ".out.4194305.0123abcd.probe"                      # beyond Linux's largest pid
+    dead.write_bytes(b"")
+    write_atomic_many([(tmp_path / "out", b"c")])
+    assert not dead.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["out", "out.99999"]
+
+
+def test_a_rename_that_fails_after_another_names_what_was_replaced(tmp_path, monkeypatch):
+    import errno
+    import construct.io as io_module
+    from construct.errors import OutputError
+    real, calls = io_module.os.replace, []
+
+    def replace(a, b):
+        calls.append(b)
+        if len(calls) == 2:
+            raise OSError(errno.EPERM, "Operation not permitted")
+        return real(a, b)
+    monkeypatch.setattr(io_module.os, "replace", replace)
+    with pytest.raises(OutputError) as exc:
+        io_module.write_atomic_many([(tmp_path / "a.csv", b"1"), (tmp_path / "b.svg", b"2")])
+    assert "a.csv" in str(exc.value) and "already replaced" in str(exc.value)
+    assert "nothing was changed" not in str(exc.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv"]
