@@ -547,10 +547,11 @@ def _residual_rank_claim(Z: np.ndarray, Z_rad: np.ndarray, T: int) -> dict:
     out = {"residual_inf_norm_bound": r_inf if math.isfinite(r_inf) else None}
     r2 = math.sqrt(r_one * r_inf) * (1 + 4 * enclose.U)
     if r2 < 1.0:
-        with np.errstate(over="ignore"):        # ‖X‖_F beyond float64 (data near its bottom): no σ bound
+        with np.errstate(over="ignore"):        # ‖X‖_F beyond float64: data near its bottom
             x_norm = float(enclose.up(np.sqrt(enclose.up((absX ** 2).sum(), absX.size)), 2))
-        if math.isfinite(x_norm):
-            out["sigma_min_lower_bound"] = (1.0 - r2) / x_norm * (1 - 1e-15)
+        # σ_min ≥ 0 where ‖X‖_F is beyond float64: what earlier certificates state there, so
+        # they keep passing --check
+        out["sigma_min_lower_bound"] = (1.0 - r2) / x_norm * (1 - 1e-15) if math.isfinite(x_norm) else 0.0
     return out
 
 
@@ -589,10 +590,11 @@ def _rank_claim(iv: Interval, Z: np.ndarray, T: int) -> dict:
     out = {"residual_inf_norm_bound": r_inf if math.isfinite(r_inf) else None}
     r2 = math.sqrt(r_one * r_inf)
     if r2 < 1.0:
-        with np.errstate(over="ignore"):        # ‖X‖_F beyond float64 (data near its bottom): no σ bound
+        with np.errstate(over="ignore"):        # ‖X‖_F beyond float64: data near its bottom
             x_norm = float(enclose.up(np.sqrt(enclose.up((iv.magnitude(iv.asarray(Xr)) ** 2).sum(), Xr.size)), 2))
-        if math.isfinite(x_norm):
-            out["sigma_min_lower_bound"] = (1.0 - r2) / x_norm * (1 - 1e-15)
+        # σ_min ≥ 0 where ‖X‖_F is beyond float64: what earlier certificates state there, so
+        # they keep passing --check
+        out["sigma_min_lower_bound"] = (1.0 - r2) / x_norm * (1 - 1e-15) if math.isfinite(x_norm) else 0.0
     return out
 
 

@@ -150,9 +150,10 @@ def as_float64(name: str, arr: np.ndarray, problems: list[str]) -> np.ndarray | 
     with np.errstate(over="ignore"):
         out = arr.astype(np.float64, copy=False)
     if arr.dtype.kind == "f" and arr.dtype.itemsize > 8:
-        beyond = (np.isinf(out) & np.isfinite(arr)).reshape(arr.shape[0], -1).any(axis=1) if arr.ndim else None
-        if beyond is not None and beyond.any():
-            shown = ", ".join(map(str, np.flatnonzero(beyond)[:20]))
+        beyond = np.isinf(out) & np.isfinite(arr)
+        if beyond.any():
+            per_example = beyond.any(axis=tuple(range(1, arr.ndim))) if arr.ndim else np.array([True])
+            shown = ", ".join(map(str, np.flatnonzero(per_example)[:20]))
             problems.append(f"{name}: values beyond float64's range (about 1.8e308) in example(s) {shown}; "
                             "rescale them")
             return None

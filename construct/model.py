@@ -381,9 +381,9 @@ def output_from_features(Z, X, weights: Weights, ar: Arithmetic | None = None):
 def forward(E, X, weights: Weights, ar: Arithmetic | None = None):
     """The model ``f(E, x; θ)`` for every example, shape (T, d_o), its pre-layer included.
 
-    ``E`` and ``X``: arrays or nested lists of finite real numbers (floats keep their dtype, so
-    float32 inputs evaluate in float32; integers become float64); with high-precision weights
-    also object arrays of mpmath numbers. ``T = 0`` gives an empty (0, d_o) result.
+    ``E`` and ``X``: arrays or nested lists of finite real numbers within float64's range
+    (evaluated in the weights' arithmetic: float64, or their own precision); with high-precision
+    weights also object arrays of mpmath numbers. ``T = 0`` gives an empty (0, d_o) result.
 
     Raises:
         InputError: ``E`` (T, n, d) and ``X`` (T, d) do not have those shapes, with the weights'
@@ -393,14 +393,15 @@ def forward(E, X, weights: Weights, ar: Arithmetic | None = None):
     if ar is None and not (high and all(getattr(a, "dtype", None) == object for a in (E, X))):
         E, X = _real_inputs(E, X)             # (high-precision weights also take mpmath numbers)
     _check_inputs(E, X, weights)
-    if ar is None and E.shape[0] == 0 and E.dtype != object:
-        return np.zeros((0, weights.d_o), dtype=np.result_type(E.dtype, X.dtype, np.float32))
+    if ar is None and E.shape[0] == 0:
+        return np.zeros((0, weights.d_o), dtype=object if weights.bits is not None else np.float64)
     return forward_unchecked(E, X, weights, ar)
 
 
 def forward_unchecked(E, X, weights: Weights, ar: Arithmetic | None = None):
-    """:func:`forward` on inputs already checked, whatever their values: the engine's own float32
-    evaluations, where data near float64's top become infinite in float32 and that is the answer."""
+    """:func:`forward` on inputs already checked, whatever their values: the engine's float32
+    checks (inputs and weights rounded to float32, then evaluated), where data near float64's
+    top become infinite and that is the answer."""
     ar = for_bits(weights.bits) if ar is None else ar
     E, X = layer_inputs(weights, E, X, ar)
     return output_from_features(feature_matrix(E, X, weights, ar), X, weights, ar)
@@ -413,8 +414,8 @@ def _real_inputs(E, X) -> tuple[np.ndarray, np.ndarray]:
     arrays = []
     for name, value in (("E", E), ("X", X)):
         a = real_array(name, value, problems)
-        if a is not None and a.dtype.kind != "f":
-            a = a.astype(np.float64)
+        if a is not None and (a.dtype.kind != "f" or a.dtype.itemsize > 8):    # integers, long doubles
+            a = as_float64(name, a, problems)
         if a is not None and a.ndim >= 1:
             bad = ~np.isfinite(a).all(axis=tuple(range(1, a.ndim)))
             if bad.any():

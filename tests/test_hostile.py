@@ -623,3 +623,23 @@ def test_the_k_equals_1_advice_names_what_is_short(small):
     with pytest.raises(InputError) as exc:
         build(one_token, 3)
     assert "context" in str(exc.value) and "head dim" not in str(exc.value).split("k = 1")[-1], str(exc.value)
+
+
+def test_forward_on_long_doubles_and_empty_batches_of_any_kind(small):
+    # A review: long doubles beyond float64 passed forward's checks and overflowed inside it; an
+    # empty batch came back float32 for float32 inputs (float64 otherwise), and an empty batch of
+    # mpmath numbers for high-precision weights still raised numpy's reshape error.
+    w = build(small, 3).weights
+    E = small.E.astype(np.longdouble)
+    E[1, 0, 0] = np.longdouble("1e400")
+    if np.isfinite(E[1, 0, 0]):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(InputError, match=r"E: values beyond float64's range .*example\(s\) 1"):
+                forward(E, small.X, w)
+        with pytest.raises(InputError, match="no examples"):          # (it raised numpy's reshape error)
+            as_dataset(np.zeros((0, 3, 4), np.longdouble), np.zeros((0, 4)), np.zeros((0, 1)))
+    assert forward(small.E[:0].astype(np.float32), small.X[:0].astype(np.float32), w).dtype == np.float64
+    high = build(small, 3, precision=100).weights
+    empty = forward(small.E[:0].astype(object), small.X[:0].astype(object), high)
+    assert empty.shape == (0, small.d_o)

@@ -12,6 +12,8 @@ stand; the float64 CPU arithmetic (:mod:`construct.arith.cpu`) and mpmath
 
 from __future__ import annotations
 
+import operator
+
 import contextlib
 from dataclasses import dataclass
 
@@ -155,11 +157,11 @@ class Arithmetic:
         the steps are exact until the result overflows. Downward the remainder goes first and
         then steps of ``2^−1000``: a step short of the last is exact while its result is normal,
         and where it is subnormal the exact result is below ``2^−2022`` and both are 0."""
-        e = int(e)
+        e = operator.index(e)                                          # an integer, never truncated
         step = 1000 if e > 0 else -1000
         first = e - step * (abs(e) // 1000)
         A = A * 2.0 ** first                                           # a new array, also for e = 0
-        for _ in range(abs(e) // 1000):
+        for _ in range(min(abs(e) // 1000, 3)):     # three steps take any double to 0 or inf already
             A = A * 2.0 ** step
         return A
 
