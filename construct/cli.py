@@ -394,9 +394,24 @@ def _path(text: str) -> Path:
 def _digits(text: str, least: int, meaning: str) -> int:
     """An integer of ASCII digits, at least ``least``: Python's ``int`` would also take ``1_0``,
     spaces around it, a sign and other scripts' digits, which an option refuses, never coerces."""
-    if not (text.isascii() and text.isdigit()) or int(text) < least:
-        raise argparse.ArgumentTypeError(f"must be {meaning}, got {text!r}")
-    return int(text)
+    shown = text if len(text) <= 40 else f"{text[:20]}…{text[-10:]} ({len(text)} characters)"
+    try:
+        if not (text.isascii() and text.isdigit()) or int(text) < least:
+            raise ValueError
+        return int(text)
+    except ValueError:                       # also beyond Python's limit of 4,300 digits
+        raise argparse.ArgumentTypeError(f"must be {meaning}, got {shown!r}") from None
+
+
+def _number(text: str) -> float:
+    """A number as ``float`` reads it, but of ASCII characters, without ``_`` or spaces around it
+    (``float`` would take those too); NaN and infinities are refused later, naming the option."""
+    try:
+        if not text.isascii() or "_" in text or text != text.strip():
+            raise ValueError
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text[:40]!r}") from None
 
 
 def _seed(text: str) -> int:
@@ -467,7 +482,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--examples", type=_positive, help="synthetic: T (default: the capacity H(k-1)+1); with --dataset: how many images or sequences")
     b.add_argument("--out-dim", type=_positive, help="synthetic: label dimension d_o (default 1)")
     b.add_argument("--positional", action="store_true", help="synthetic: add sinusoidal positional encoding")
-    b.add_argument("--tol", type=float, default=DEFAULT_TOL,
+    b.add_argument("--tol", type=_number, default=DEFAULT_TOL,
                    help=f"allowed max |f-y| relative to max(1, max|Y|) (default {DEFAULT_TOL:g})")
     b.add_argument("--quiet", action="store_true", help="print nothing on success")
     _device_option(b)
@@ -478,7 +493,7 @@ def _parser() -> argparse.ArgumentParser:
                                    "is reproduced within the tolerance and rank Z = T.")
     v.add_argument("weights", type=_path, help="the weights (.npz, as build writes them)")
     v.add_argument("data", type=_path, help="the dataset (.npz with E, X and Y or labels)")
-    v.add_argument("--tol", type=float, default=DEFAULT_TOL,
+    v.add_argument("--tol", type=_number, default=DEFAULT_TOL,
                    help=f"allowed max |f-y| relative to max(1, max|Y|) (default {DEFAULT_TOL:g})")
     v.add_argument("--json", action="store_true", help="print the result as JSON")
     _device_option(v)
@@ -490,7 +505,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--out", type=_path, help="write the certificate (JSON) here")
     c.add_argument("--check", type=_path, metavar="CERT.json",
                    help="instead, re-prove every claim of an existing certificate for these files")
-    c.add_argument("--tol", type=float, default=None,
+    c.add_argument("--tol", type=_number, default=None,
                    help=f"memorization claim: max |f-y| <= tol * max(1, max|Y|) (default {DEFAULT_TOL:g})")
     c.add_argument("--method", choices=METHODS, default=None,
                    help="float64 enclosures (fast, any size), mpmath intervals (tight, small problems), or "
@@ -507,7 +522,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                    help="the file's number type (default float64: the weights' own values)")
     e.add_argument("--data", type=_path, help="dataset to evaluate the export on (default: data.npz beside the weights)")
-    e.add_argument("--tol", type=float, help="tolerance of the labels check, relative as verify's "
+    e.add_argument("--tol", type=_number, help="tolerance of the labels check, relative as verify's "
                                              "(default 1e-8 for float64, 1e-4 for float32)")
     e.set_defaults(run=_cmd_export)
 

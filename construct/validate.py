@@ -65,9 +65,10 @@ def _column_scales(E) -> str:
     then a context can be of full rank in exact arithmetic and not in float64."""
     import numpy as np
     top = np.abs(E).max(axis=(0, 1))
-    live = top[top > 0]
-    if live.size < 2 or live.max() <= live.min() * 2.0 ** 52:
+    exponents = np.frexp(top[top > 0])[1]           # (exponents, not a ratio: that can overflow)
+    if exponents.size < 2 or exponents.max() - exponents.min() <= 53:
         return ""
-    # (A ratio, not the sizes: far from unit scale the data here are the rescaled ones.)
-    return (f"; E's columns differ in size by a factor of at least {live.max() / live.min():.3g}, more than "
-            "float64's 53 bits combine: rescale the columns towards one size")
+    # (A factor, not the sizes: far from unit scale the data here are the rescaled ones.)
+    span = int(exponents.max() - exponents.min())
+    return (f"; E's columns differ in size by a factor of at least 2^{span - 1} (about 1e{int((span - 1) * 0.30103)}), "
+            "more than float64's 53 bits combine: rescale the columns towards one size")

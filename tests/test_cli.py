@@ -546,7 +546,7 @@ def test_an_output_where_no_file_can_be_made_is_refused_before_the_work(tmp_path
             "certify": ["certify", small_run / "weights.npz", small_run / "data.npz", "--out", target]}[command]
     code, out, err = run(argv, capsys)
     assert code == 2 and "invalid output" in err and "Traceback" not in err, err
-    assert "kind" not in out and "PROVEN" not in out                   # no sweep, no certificate
+    assert "kind" not in out and "PROVEN" not in out and "wrote" not in out   # no sweep, certificate, export
 
 
 def test_the_leftover_sweep_takes_only_dead_writers_files_of_that_name(tmp_path):
@@ -578,3 +578,22 @@ def test_a_rename_that_fails_after_another_names_what_was_replaced(tmp_path, mon
     assert "a.csv" in str(exc.value) and "already replaced" in str(exc.value)
     assert "nothing was changed" not in str(exc.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv"]
+
+
+@pytest.mark.parametrize("text", ["1_0e-9", " 1e-9", "1e-9 ", "１e-9"])
+def test_tol_takes_ascii_numbers_only(tmp_path, capsys, text):
+    # A review: float() took `--tol 1_0e-9`, spaces around a number and fullwidth digits, the
+    # coercion the integer options no longer allow.
+    with pytest.raises(SystemExit) as exc:
+        main(["build", "--out", str(tmp_path / "o"), "--tol", text])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "argument --tol:" in err and repr(text) in err, err
+
+
+def test_a_seed_of_many_digits_is_refused_with_a_short_message(tmp_path, capsys):
+    # A review: beyond Python's 4,300-digit limit int() raised, and argparse answered
+    # "invalid _seed value: '999…'" with every digit.
+    with pytest.raises(SystemExit):
+        main(["build", "--out", str(tmp_path / "o"), "--seed", "9" * 5000])
+    err = capsys.readouterr().err
+    assert "argument --seed:" in err and "_seed" not in err and len(err) < 2000, err[:300]
