@@ -52,7 +52,7 @@ from .accurate import shared_context
 from .arith import FLOAT64, Interval, lapack
 from .arith.threads import row_blocks
 from .data import Dataset, checked
-from .errors import InputError
+from .errors import ConstructError, InputError
 from .io import json_bytes, sha256, write_atomic
 from .limits import allowed_error, integer, tolerance
 from .model import Weights, check_compatible, checked_weights, feature_matrix, layer_inputs, output_from_features
@@ -173,8 +173,13 @@ def certify(weights: Weights, data: Dataset, *, tol: float = DEFAULT_TOL, bits: 
         raise InputError(f"interval precision {bits} bits exceeds what certify uses for these weights "
                          f"({top} bits)", what="invalid option")
     T, n, d = data.E.shape
+    ieee = enclose.ieee_subnormals()
+    if method == "float64" and not ieee:
+        raise ConstructError("float64 here flushes subnormal numbers to zero (a library built with -ffast-math, "
+                             "loaded into this process, can set that), and the float64 enclosures' bounds assume "
+                             "it does not: certify with the interval method, or in a process without that library")
     if method == "auto":                  # fast and rigorous first; tighter where affordable
-        if weights.bits is None:
+        if weights.bits is None and (ieee or T * weights.H * d * (n + T) > INTERVAL_BUDGET):
             fast = certify(weights, data, tol=tol, method="float64")
             if fast.passed or T * weights.H * d * (n + T) > INTERVAL_BUDGET:
                 return fast
@@ -182,6 +187,9 @@ def certify(weights: Weights, data: Dataset, *, tol: float = DEFAULT_TOL, bits: 
                 left = [key for key in CLAIMS if key in fast.claims and not fast.claims[key]["proven"]]
                 progress(f"float64 left {' and '.join(left)} unproven; proving every claim again with mpmath "
                          f"intervals at {bits} bits (slower)")
+        elif weights.bits is None and progress is not None:
+            progress(f"float64 here flushes subnormal numbers to zero; proving every claim with mpmath intervals "
+                     f"at {bits} bits (slower)")
         return certify(weights, data, tol=tol, bits=bits, method="interval")
     if method == "float64" and weights.bits is not None:
         raise InputError("the float64 method certifies float64 weights; these have "

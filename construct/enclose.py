@@ -36,6 +36,14 @@ _TAYLOR = [1.0 / math.factorial(i) for i in range(15)]      # degree 14
 _EXP_REL = 64 * U + 3e-19
 
 
+def ieee_subnormals() -> bool:
+    """Whether float64 on this thread keeps subnormal numbers, as every bound here assumes: a
+    library built with ``-ffast-math`` that is loaded into the process can switch the processor to
+    flushing them to zero (FTZ) or reading them as zero (DAZ)."""
+    a = np.array([TINY, 2.0 ** -1022])
+    return bool((a[0] + a[:1] * 0.0)[0] != 0.0 and (a[1:] * 0.5)[0] != 0.0)
+
+
 def gamma(k: int) -> float:
     """``γ_k = k u / (1 − k u)``."""
     return k * U / (1 - k * U)

@@ -969,3 +969,18 @@ def test_data_near_float64s_bottom_are_certified_without_a_runtime_warning():
         cert = C.certify(weights, data)
     assert cert.claims["rank"]["proven"] and cert.claims["memorization"]["proven"]
     assert C.check_certificate(json.loads(json.dumps(cert.claims)), weights, data) == []
+
+
+def test_float64_enclosures_are_refused_where_subnormals_are_flushed(monkeypatch):
+    # A review: every float64 bound assumes subnormal numbers are kept; a library built with
+    # -ffast-math can switch the processor to flush them (FTZ/DAZ) for the whole process.
+    import construct.enclose as enclose
+    from construct.errors import ConstructError
+    assert enclose.ieee_subnormals()                                    # this process keeps them
+    data = construct.synthetic("independent", T=7, n=3, d=4, seed=0)
+    weights = construct.build(data, 3).weights
+    monkeypatch.setattr(enclose, "ieee_subnormals", lambda: False)
+    with pytest.raises(ConstructError, match="flushes subnormal numbers"):
+        C.certify(weights, data, method="float64")
+    cert = C.certify(weights, data)                                     # auto: the interval method
+    assert cert.claims["method"] == "interval" and cert.passed
