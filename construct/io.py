@@ -186,7 +186,7 @@ def _sweep(path: Path) -> None:
     """Remove what killed writers of ``path`` left beside it: ``.NAME.PID.HEX.tmp`` and
     ``.NAME.PID.HEX.probe`` files whose process is gone (the exact pattern: another target's
     ``.NAME.99.…`` is not one of them)."""
-    pattern = re.compile(rf"\.{re.escape(path.name)}\.(\d+)\.[0-9a-f]{{8}}\.(tmp|probe)")
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.(\d+)\.[0-9a-f]+\.(tmp|probe)")
     for old in _siblings(path.parent, f".{path.name}."):
         m = pattern.fullmatch(old.name)
         if m and not _pid_alive(int(m.group(1))):
