@@ -297,12 +297,14 @@ def _cmd_teach(args) -> int:
     from .io import check_file_target, write_atomic_many
     from .teach import teach
 
+    out = None if args.out is None else Path(args.out)
+    name = {"html": "teach.html", "markdown": "teach.md", "text": "teach.txt"}[args.format]
+    if out is not None:
+        check_file_target(out / name, "--out")            # before the walk, not after it
     walk = teach(args.heads, args.context, args.dim, seed=args.seed, shared=args.shared, rational=args.rational,
                  prelayer=args.prelayer)
-    out = None if args.out is None else Path(args.out)
     # Markdown links its figures as SVG files beside it: only where there is a folder to write them.
     figures = walk.figure_names() if args.format == "markdown" and out is not None else []
-    name = {"html": "teach.html", "markdown": "teach.md", "text": "teach.txt"}[args.format]
     for target in ([] if out is None else [out / f for f in figures] + [out / name]):
         check_file_target(target, "--out")                # every file, before the first is written
     if args.format == "html":

@@ -98,7 +98,9 @@ def _pid_alive(pid: int) -> bool:
 
 def check_file_target(path: str | os.PathLike, label: str) -> None:
     """Refuse, before any work, a file output that could not be written: ``path`` is a folder,
-    or the nearest part of it that exists is not a folder (a file where a folder must be).
+    the nearest part of it that exists is not a folder (a file where a folder must be), or no
+    file can be made in that folder (``/proc``, a read-only mount: a probe file is made there and
+    removed).
 
     Raises:
         InputError: naming ``label`` (the option) and the path.
@@ -110,15 +112,14 @@ def check_file_target(path: str | os.PathLike, label: str) -> None:
         if parent.exists():
             if not parent.is_dir():
                 raise InputError(f"{label} {str(path)!r}: {str(parent)!r} is not a folder", what="invalid output")
-            if parent == path.parent:               # can a file be made there? (/proc, a read-only mount)
-                probe = parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.probe"
-                try:
-                    os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-                except OSError as exc:
-                    raise InputError(f"{label} {str(path)!r}: no file can be made in {str(parent)!r} "
-                                     f"({exc.strerror or exc})", what="invalid output") from None
-                finally:
-                    _discard(probe)                 # (one a kill left is swept by the next writer)
+            probe = parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.probe"
+            try:
+                os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            except OSError as exc:
+                raise InputError(f"{label} {str(path)!r}: no file can be made in {str(parent)!r} "
+                                 f"({exc.strerror or exc})", what="invalid output") from None
+            finally:
+                _discard(probe)                     # (one a kill left is swept by the next writer there)
             return
 
 

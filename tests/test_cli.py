@@ -537,7 +537,7 @@ def test_certify_out_naming_a_folder_is_refused_before_the_work(tmp_path, capsys
 def test_an_output_where_no_file_can_be_made_is_refused_before_the_work(tmp_path, capsys, small_run, command):
     # A hostile trial: `capacity --csv /proc/x.csv` ran the sweep, then failed to write; export
     # into a path under a file said "Not a directory [Errno 20]".
-    target = {"capacity": "/proc/x.csv", "export": str(small_run / "weights.npz" / "m.pt"),
+    target = {"capacity": "/proc/new/x.csv", "export": str(small_run / "weights.npz" / "m.pt"),
               "certify": "/proc/c.json"}[command]
     if target.startswith("/proc") and not Path("/proc/self").is_dir():
         pytest.skip("no /proc file system here (Linux's, where no file can be made)")
