@@ -422,7 +422,10 @@ def _seed(text: str) -> int:
 
 def _precision(text: str) -> str:
     """Checked here so that the error names the option; the text itself goes on to build."""
-    from .precision import parse
+    from .precision import MAX_BITS, parse
+    if len(text) > 40:                              # (and int() stops at 4,300 digits)
+        raise argparse.ArgumentTypeError(f"must be auto, float64 or a number of bits up to {MAX_BITS}, got "
+                                         f"{text[:20]!r}… ({len(text)} characters)")
     try:
         parse(text)
     except ValueError as e:

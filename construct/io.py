@@ -108,6 +108,7 @@ def check_file_target(path: str | os.PathLike, label: str) -> None:
     path = Path(path)
     if path.is_dir():
         raise InputError(f"{label} {str(path)!r} is a folder: name a file", what="invalid output")
+    _regular_or_absent(path, label)
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():
@@ -123,6 +124,18 @@ def check_file_target(path: str | os.PathLike, label: str) -> None:
             return
 
 
+def _regular_or_absent(path: Path, label: str = "output") -> None:
+    """Refuse a target that exists and is not a regular file (a device, a FIFO, a socket): the
+    rename would replace it with one, ``/dev/null`` included."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:                                 # absent, or a dangling link: a file is made
+        return
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        raise InputError(f"{label} {str(path)!r} exists and is not a regular file (a device or a pipe): "
+                         "name a file", what="invalid output")
+
+
 def write_atomic(path: str | os.PathLike, payload: bytes) -> None:
     """Write ``payload`` to ``path`` through a hidden temporary file and a rename.
 
@@ -133,6 +146,7 @@ def write_atomic(path: str | os.PathLike, payload: bytes) -> None:
     Raises:
         OutputError: the OS refused (no space, no permission, a folder in the way), naming the
             file and the folder; ``path`` is unchanged, and folders made for it are removed.
+        InputError: ``path`` exists and is not a regular file (a device, a FIFO).
     """
     write_atomic_many([(path, payload)])
 
@@ -147,6 +161,8 @@ def write_atomic_many(files: list[tuple[str | os.PathLike, bytes]]) -> None:
     Raises:
         OutputError: as :func:`write_atomic`, naming the file that could not be written.
     """
+    for path, _ in files:
+        _regular_or_absent(Path(path))
     made: list[Path] = []                       # folders made here, parents first
     written: list[tuple[Path, Path]] = []       # (temporary, target)
     try:

@@ -107,6 +107,8 @@ def available_memory() -> int:
 
 def gib(nbytes: float) -> str:
     """``nbytes`` in readable units."""
+    if nbytes >= 2 ** 1000:                        # a size of hundreds of digits: no float holds it
+        return f"about 2^{int(nbytes).bit_length() - 1} bytes"
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if nbytes >= size:
             return f"{nbytes / size:.3g} {unit}"

@@ -2,6 +2,7 @@
 option named, no traceback, nothing written); valid but extreme input is handled correctly."""
 
 import json
+import os
 import subprocess
 import sys
 import tracemalloc
@@ -643,3 +644,27 @@ def test_forward_on_long_doubles_and_empty_batches_of_any_kind(small):
     high = build(small, 3, precision=100).weights
     empty = forward(small.E[:0].astype(object), small.X[:0].astype(object), high)
     assert empty.shape == (0, small.d_o)
+
+
+def test_sizes_of_hundreds_of_digits_are_refused_as_too_large(tmp_path, capsys, small):
+    # A hostile trial: sizes past about 320 digits crashed in the memory estimate's message with
+    # "OverflowError: integer division result too large for a float", exit 1.
+    huge = "9" * 400
+    for argv in (["build", "--out", tmp_path / "o", "--dim", huge], ["teach", "--dim", huge]):
+        code, _, err = run(argv, capsys)
+        assert code == 2 and "Traceback" not in err and len(err) < 1000, err[:300]
+    with pytest.raises(InputError):
+        build(small, 10 ** 400)
+
+
+def test_an_output_that_is_a_device_fifo_is_refused_not_replaced(tmp_path, capsys, small):
+    # A hostile trial: `capacity --csv /dev/null` (as root) replaced the device with a regular file.
+    fifo = tmp_path / "f.csv"
+    os.mkfifo(fifo)
+    code, _, err = run(["capacity", "--vary", "H", "--values", "1", "--context", "4", "--dim", "8", "--csv", fifo],
+                       capsys)
+    assert code == 2 and "not a regular file" in err and fifo.is_fifo()
+    from construct.io import write_atomic
+    with pytest.raises(InputError, match="not a regular file"):
+        write_atomic(fifo, b"x")
+    assert fifo.is_fifo()
