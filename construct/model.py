@@ -390,8 +390,10 @@ def forward(E, X, weights: Weights, ar: Arithmetic | None = None):
             ``d``, or hold something else than finite real numbers (named by example).
     """
     high = isinstance(weights, Weights) and weights.bits is not None
-    if ar is None and not (high and all(getattr(a, "dtype", None) == object for a in (E, X))):
-        E, X = _real_inputs(E, X)             # (high-precision weights also take mpmath numbers)
+    if ar is None and high and any(getattr(a, "dtype", None) == object for a in (E, X)):
+        E, X = _mp_inputs(E, X)               # high-precision weights also take mpmath numbers
+    elif ar is None:
+        E, X = _real_inputs(E, X)
     _check_inputs(E, X, weights)
     if ar is None and E.shape[0] == 0:
         return np.zeros((0, weights.d_o), dtype=object if weights.bits is not None else np.float64)
@@ -405,6 +407,31 @@ def forward_unchecked(E, X, weights: Weights, ar: Arithmetic | None = None):
     ar = for_bits(weights.bits) if ar is None else ar
     E, X = layer_inputs(weights, E, X, ar)
     return output_from_features(feature_matrix(E, X, weights, ar), X, weights, ar)
+
+
+def _mp_inputs(E, X) -> tuple[np.ndarray, np.ndarray]:
+    """``E`` and ``X`` as object arrays of finite real numbers (mpmath's ``mpf``, Python or NumPy
+    integers and floats, not booleans), or :class:`InputError` naming the array and the examples."""
+    import mpmath
+    problems: list[str] = []
+    arrays = []
+    for name, value in (("E", E), ("X", X)):
+        a = np.asarray(value, dtype=object)
+
+        def bad(v) -> bool:
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (mpmath.mpf, int, float, np.integer,
+                                                                     np.floating)):
+                return True
+            return not mpmath.isfinite(mpmath.mpf(v)) if not isinstance(v, (int, np.integer)) else False
+        flags = np.frompyfunc(bad, 1, 1)(a).astype(bool) if a.size else np.zeros(a.shape, dtype=bool)
+        if a.ndim and flags.any():
+            rows = np.flatnonzero(flags.reshape(a.shape[0], -1).any(axis=1))
+            problems.append(f"{name}: not a finite real number (an mpf, int or float) in example(s) "
+                            + ", ".join(map(str, rows[:20])))
+        arrays.append(a)
+    if problems:
+        raise InputError(problems, what="invalid inputs")
+    return arrays[0], arrays[1]
 
 
 def _real_inputs(E, X) -> tuple[np.ndarray, np.ndarray]:

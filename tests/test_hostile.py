@@ -668,3 +668,20 @@ def test_an_output_that_is_a_device_fifo_is_refused_not_replaced(tmp_path, capsy
     with pytest.raises(InputError, match="not a regular file"):
         write_atomic(fifo, b"x")
     assert fifo.is_fifo()
+
+
+def test_forward_checks_mpmath_inputs_for_high_precision_weights(small):
+    # A hostile trial: with object arrays the checks were skipped: an mpf NaN gave a NaN output,
+    # an mpc or a string numpy's or mpmath's TypeError; an object E beside a float X was refused.
+    import mpmath
+    high = build(small, 3, precision=100).weights
+    to_mp = np.frompyfunc(mpmath.mpf, 1, 1)
+    E, X = to_mp(small.E), to_mp(small.X)
+    good = forward(E, X, high)
+    assert good.shape == (small.T, small.d_o)
+    assert np.array_equal(forward(E, small.X, high), good)                 # mixed: taken
+    for bad in (mpmath.mpf("nan"), mpmath.mpc(1, 1), "1.0", True):
+        E_bad = E.copy()
+        E_bad[5, 0, 0] = bad
+        with pytest.raises(InputError, match=r"E: not a finite real number .*example\(s\) 5"):
+            forward(E_bad, X, high)
