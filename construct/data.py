@@ -13,7 +13,7 @@ import numpy as np
 
 from .errors import InputError
 from .io import load_npz, npz_bytes
-from .limits import as_float64, integer, real_array, require_memory
+from .limits import as_float64, index_list, integer, real_array, require_memory
 
 SYNTHETIC_KINDS = ("independent", "shared", "general-position")
 
@@ -77,12 +77,6 @@ class Dataset:
         return f"Dataset(T={self.T}, n={self.n}, d={self.d}, d_o={self.d_o}{classes})"
 
 
-def _index_list(idx: np.ndarray, limit: int = 20) -> str:
-    idx = [int(i) for i in idx]
-    shown = ", ".join(map(str, idx[:limit]))
-    return shown + (f", … ({len(idx)} in all)" if len(idx) > limit else "")
-
-
 def _numeric(name: str, value, problems: list[str]) -> np.ndarray | None:
     arr = real_array(name, value, problems)
     return None if arr is None else as_float64(name, arr, problems)
@@ -142,7 +136,7 @@ def as_dataset(E, X, Y=None, *, labels=None) -> Dataset:
     for name, arr in present.items():
         bad = ~np.isfinite(arr).all(axis=tuple(range(1, arr.ndim)))     # per example; empty arrays too
         if bad.any():
-            problems.append(f"{name}: non-finite values (NaN or inf) in example(s) {_index_list(np.flatnonzero(bad))}")
+            problems.append(f"{name}: non-finite values (NaN or inf) in example(s) {index_list(np.flatnonzero(bad))}")
     if not problems and classes is not None and len(classes) > E.shape[2]:
         problems.append(f"labels: {len(classes)} classes need d_o = {len(classes)} outputs, but the model "
                         f"outputs at most d = {E.shape[2]} values (Theorem 1 needs d_o ≤ d); merge classes "

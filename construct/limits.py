@@ -127,6 +127,13 @@ def require_memory(nbytes: float, what: str) -> None:
                          what="request too large for this machine")
 
 
+def index_list(idx, limit: int = 20) -> str:
+    """Example indices for a message: the first ``limit``, then how many in all."""
+    idx = [int(i) for i in idx]
+    shown = ", ".join(map(str, idx[:limit]))
+    return shown + (f", … ({len(idx)} in all)" if len(idx) > limit else "")
+
+
 def real_array(name: str, value, problems: list[str]) -> np.ndarray | None:
     """``value`` as a NumPy array of real numbers (its own dtype: float or integer), or None with
     the reason appended to ``problems``: a ragged list, an object, string or complex array."""
@@ -155,8 +162,8 @@ def as_float64(name: str, arr: np.ndarray, problems: list[str]) -> np.ndarray | 
         beyond = np.isinf(out) & np.isfinite(arr)
         if beyond.any():
             per_example = beyond.any(axis=tuple(range(1, arr.ndim))) if arr.ndim else np.array([True])
-            shown = ", ".join(map(str, np.flatnonzero(per_example)[:20]))
-            problems.append(f"{name}: values beyond float64's range (about 1.8e308) in example(s) {shown}; "
+            problems.append(f"{name}: values beyond float64's range (about 1.8e308) in example(s) "
+                            f"{index_list(np.flatnonzero(per_example))}; "
                             "rescale them")
             return None
     return out

@@ -18,7 +18,7 @@ from .arith.mp import decimal_strings, from_decimal_strings
 from .arith.threads import row_blocks
 from .errors import InputError
 from .io import load_npz, npz_bytes
-from .limits import as_float64, integer, real_array
+from .limits import as_float64, index_list, integer, real_array
 
 
 def capacity(H: int, n: int, d_h: int) -> int:
@@ -427,7 +427,7 @@ def _mp_inputs(E, X) -> tuple[np.ndarray, np.ndarray]:
         if a.ndim and flags.any():
             rows = np.flatnonzero(flags.reshape(a.shape[0], -1).any(axis=1))
             problems.append(f"{name}: not a finite real number (an mpf, int or float) in example(s) "
-                            + ", ".join(map(str, rows[:20])))
+                            f"{index_list(rows)}")
         arrays.append(a)
     if problems:
         raise InputError(problems, what="invalid inputs")
@@ -446,8 +446,7 @@ def _real_inputs(E, X) -> tuple[np.ndarray, np.ndarray]:
         if a is not None and a.ndim >= 1:
             bad = ~np.isfinite(a).all(axis=tuple(range(1, a.ndim)))
             if bad.any():
-                shown = ", ".join(map(str, np.flatnonzero(bad)[:20])) + (" …" if bad.sum() > 20 else "")
-                problems.append(f"{name}: non-finite values (NaN or inf) in example(s) {shown}")
+                problems.append(f"{name}: non-finite values (NaN or inf) in example(s) {index_list(np.flatnonzero(bad))}")
         arrays.append(a)
     if problems:
         raise InputError(problems, what="invalid inputs")

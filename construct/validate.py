@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from .assumptions import a2_violations
 from .data import Dataset
 from .errors import CapacityError, InputError
+from .limits import index_list
 from .model import capacity, heads_needed
 
 
@@ -31,7 +34,7 @@ def validate(data: Dataset, H: int, d_h: int, d_v: int) -> int:
     if n <= d:
         bad = a2_violations(data.E)
         if bad.size:
-            shown = ", ".join(map(str, bad[:20])) + (f", … ({bad.size} in all)" if bad.size > 20 else "")
+            shown = index_list(bad)
             problems.append(f"E: context of example(s) {shown} is not of full row rank to float64's precision "
                             f"(A2 needs rank E^(t) = n = {n}: distinct, linearly independent tokens); what would "
                             "build: remove or perturb the repeated (or dependent) tokens, or add a positional "
@@ -63,7 +66,6 @@ def memory_estimate(data: Dataset, H: int, d_h: int, d_v: int) -> int:
 def _column_scales(E) -> str:
     """Where the token coordinates' sizes span more than float64's precision can combine, say so:
     then a context can be of full rank in exact arithmetic and not in float64."""
-    import numpy as np
     top = np.abs(E).max(axis=(0, 1))
     exponents = np.frexp(top[top > 0])[1]           # (exponents, not a ratio: that can overflow)
     if exponents.size < 2 or exponents.max() - exponents.min() <= 53:
