@@ -304,18 +304,8 @@ class OutputFolder:
             # once replaced, could not be removed).
             raise InputError(f"{str(folder)!r} is write-protected; make it writable (chmod u+w) or choose another "
                              "folder", what="output folder protected")
-        missing = []
-        for p in [parent, *parent.parents]:
-            if p.exists():
-                break
-            missing.append(p)
         try:
-            for p in reversed(missing):
-                try:
-                    p.mkdir()
-                except FileExistsError:                     # made by a concurrent writer: not ours
-                    continue
-                self._created.append(p)
+            _make_folders(parent, self._created)            # (one a concurrent writer made is not ours)
             self._take_lock()
         except OSError as exc:
             self._undo()
