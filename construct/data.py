@@ -13,7 +13,7 @@ import numpy as np
 
 from .errors import InputError
 from .io import load_npz, npz_bytes
-from .limits import as_float64, index_list, integer, real_array, require_memory
+from .limits import as_float64, finite_examples, integer, real_array, require_memory
 
 SYNTHETIC_KINDS = ("independent", "shared", "general-position")
 
@@ -134,9 +134,7 @@ def as_dataset(E, X, Y=None, *, labels=None) -> Dataset:
     if Y is not None and Y.shape[1] == 0:
         problems.append("Y: zero output columns")
     for name, arr in present.items():
-        bad = ~np.isfinite(arr).all(axis=tuple(range(1, arr.ndim)))     # per example; empty arrays too
-        if bad.any():
-            problems.append(f"{name}: non-finite values (NaN or inf) in example(s) {index_list(np.flatnonzero(bad))}")
+        finite_examples(name, arr, problems)
     if not problems and classes is not None and len(classes) > E.shape[2]:
         problems.append(f"labels: {len(classes)} classes need d_o = {len(classes)} outputs, but the model "
                         f"outputs at most d = {E.shape[2]} values (Theorem 1 needs d_o ≤ d); merge classes "

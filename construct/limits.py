@@ -134,6 +134,13 @@ def index_list(idx, limit: int = 20) -> str:
     return shown + (f", … ({len(idx)} in all)" if len(idx) > limit else "")
 
 
+def finite_examples(name: str, arr: np.ndarray, problems: list[str]) -> None:
+    """Append to ``problems`` the examples (first axis) of ``arr`` that hold NaN or inf."""
+    bad = ~np.isfinite(arr).all(axis=tuple(range(1, arr.ndim)))         # per example; empty arrays too
+    if bad.any():
+        problems.append(f"{name}: non-finite values (NaN or inf) in example(s) {index_list(np.flatnonzero(bad))}")
+
+
 def real_array(name: str, value, problems: list[str]) -> np.ndarray | None:
     """``value`` as a NumPy array of real numbers (its own dtype: float or integer), or None with
     the reason appended to ``problems``: a ragged list, an object, string or complex array."""

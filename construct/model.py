@@ -18,7 +18,7 @@ from .arith.mp import decimal_strings, from_decimal_strings
 from .arith.threads import row_blocks
 from .errors import InputError
 from .io import load_npz, npz_bytes
-from .limits import as_float64, index_list, integer, real_array
+from .limits import as_float64, finite_examples, index_list, integer, real_array
 
 
 def capacity(H: int, n: int, d_h: int) -> int:
@@ -444,9 +444,7 @@ def _real_inputs(E, X) -> tuple[np.ndarray, np.ndarray]:
         if a is not None and (a.dtype.kind != "f" or a.dtype.itemsize > 8):    # integers, long doubles
             a = as_float64(name, a, problems)
         if a is not None and a.ndim >= 1:
-            bad = ~np.isfinite(a).all(axis=tuple(range(1, a.ndim)))
-            if bad.any():
-                problems.append(f"{name}: non-finite values (NaN or inf) in example(s) {index_list(np.flatnonzero(bad))}")
+            finite_examples(name, a, problems)
         arrays.append(a)
     if problems:
         raise InputError(problems, what="invalid inputs")
