@@ -346,6 +346,10 @@ def _cmd_capacity(args) -> int:
     from .io import check_file_target, write_atomic_many
     from .sweeps import PLOT_SUFFIXES, plot_bytes, sweep, to_csv, to_json
 
+    twice = [f"--{flag} {v} is given twice" for flag, given in (("kind", args.kind), ("values", args.values))
+             for i, v in enumerate(given) if v in given[:i]]
+    if twice:
+        raise InputError(twice, what="invalid arguments")
     # Every file the command will write, as it will name them: with several kinds, a plot per kind.
     plots = [(path, kind, path if len(args.kind) == 1 else path.with_name(f"{path.stem}-{kind}{path.suffix}"))
              for path in args.plot or [] for kind in args.kind]

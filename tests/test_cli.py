@@ -597,3 +597,17 @@ def test_a_seed_of_many_digits_is_refused_with_a_short_message(tmp_path, capsys)
         main(["build", "--out", str(tmp_path / "o"), "--seed", "9" * 5000])
     err = capsys.readouterr().err
     assert "argument --seed:" in err and "_seed" not in err and len(err) < 2000, err[:300]
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--kind", "independent", "independent", "--plot", "{o}/p.svg"], "--kind independent is given twice"),
+    (["--values", "1", "2", "1"], "--values 1 is given twice"),
+])
+def test_capacity_refuses_a_kind_or_value_given_twice(tmp_path, capsys, argv, needle):
+    # A hostile trial: a repeated kind was refused as "'p-independent.svg' is given to --plot and
+    # --plot", hiding the cause; without --plot, repeated kinds and values duplicated rows.
+    base = ["capacity", "--vary", "H", "--context", "4", "--dim", "8"]
+    if "--values" not in argv:
+        base += ["--values", "1"]
+    code, out, err = run([part.format(o=tmp_path) for part in base + argv], capsys)
+    assert code == 2 and needle in err and "kind " not in out, err
