@@ -19,7 +19,7 @@ from math import comb
 import numpy as np
 
 from .data import Dataset, checked
-from .errors import InputError
+from .errors import InputError, numpy_error_defaults
 from .limits import integer, require_memory
 from .enclose import gamma
 from .arith import EPS, FLOAT64, numerical_rank
@@ -186,6 +186,7 @@ class AssumptionReport:
         return bool(a1 and self.a2)
 
 
+@numpy_error_defaults
 def check_assumptions(data: Dataset, trials: int = SAMPLED_TRIALS, seed: int = 0,
                       budget: int = EXACT_BUDGET) -> AssumptionReport:
     """Check A1, A2, A3 and the queries' general position (docs/math.md §2).

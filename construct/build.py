@@ -20,7 +20,7 @@ from .accurate import VISIBLE, changed_outputs, rounding_visible, shared_context
 from .accurate import outputs as accurate_outputs
 from .arith import Arithmetic, gpu
 from .data import Dataset, checked
-from .errors import ConstructionError, InputError
+from .errors import ConstructionError, InputError, numpy_error_defaults
 from .evidence import BuildResult, HeadEvidence, HeadStep, HeadTrace
 from .first_head import first_head
 from .later_head import later_head
@@ -41,6 +41,7 @@ Progress = Callable[[int, int], None]
 __all__ = ["BuildResult", "HeadEvidence", "HeadTrace", "SCALES", "build", "capacity", "heads_needed"]
 
 
+@numpy_error_defaults
 def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: int | None = None,
           skip: bool = False, seed: int = 0, tol: float = DEFAULT_TOL, scale: str = "rank",
           precision: str | Precision = "auto", progress: Progress | None = None,

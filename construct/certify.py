@@ -52,7 +52,7 @@ from .accurate import shared_context
 from .arith import FLOAT64, Interval, lapack
 from .arith.threads import row_blocks
 from .data import Dataset, checked
-from .errors import ConstructError, InputError
+from .errors import ConstructError, InputError, numpy_error_defaults
 from .io import json_bytes, sha256, write_atomic
 from .limits import allowed_error, integer, tolerance
 from .model import Weights, check_compatible, checked_weights, feature_matrix, layer_inputs, output_from_features
@@ -142,6 +142,7 @@ def default_bits(weights: Weights) -> int:
     return (weights.bits or 53) + EXTRA_BITS
 
 
+@numpy_error_defaults
 def certify(weights: Weights, data: Dataset, *, tol: float = DEFAULT_TOL, bits: int | None = None,
             method: str = "auto", progress: Callable[[str], None] | None = None) -> Certificate:
     """Prove what ``weights`` do on ``data``, for the exact model.
@@ -716,6 +717,7 @@ def _finite_float(value) -> bool:
         return False
 
 
+@numpy_error_defaults
 def check_certificate(cert: dict, weights: Weights, data: Dataset) -> list[str]:
     """Reasons to reject ``cert`` for these files; empty when every field is proven again.
 

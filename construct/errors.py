@@ -6,6 +6,10 @@ it into a message on stderr and a non-zero exit code, never a traceback.
 
 from __future__ import annotations
 
+import functools
+
+import numpy as np
+
 
 class ConstructError(Exception):
     """Base class of every error the engine raises on purpose."""
@@ -48,3 +52,19 @@ class ConstructionError(ConstructError, ArithmeticError):
 class OutputError(ConstructError, OSError):
     """The system refused to write an output (no space, no permission, a path in the way); the
     message names the file and the folder, and nothing was changed there."""
+
+
+def numpy_error_defaults(fn):
+    """Run ``fn`` with underflow ignored and the caller's ``"raise"`` (or ``"call"``, ``"log"``) for
+    the other floating-point errors turned into warnings, whatever the caller set with ``np.seterr``
+    or ``np.errstate``: the engine relies on gradual underflow (a saturated softmax, an
+    enclosure's products; every bound counts it) and judges overflow itself, so a caller's
+    ``all="raise"`` must not stop it halfway. What the caller ignores stays ignored, so the engine's
+    own ``np.errstate`` blocks hold in the functions they call."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        state = {kind: ("warn" if mode in ("raise", "call", "log") else mode)
+                 for kind, mode in np.geterr().items()}
+        with np.errstate(**{**state, "under": "ignore"}):
+            return fn(*args, **kwargs)
+    return wrapper

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InputError
+from .errors import InputError, numpy_error_defaults
 from .model import MATRICES as _NAMES
 from .model import PRELAYER_VERSION, Weights, as_weights, check_compatible, checked_weights
 
@@ -37,6 +37,7 @@ FORMAT_NAME = "mha-construct weights"
 FORMAT_VERSION = "1"
 
 
+@numpy_error_defaults
 def export_bytes(weights: Weights, fmt: str, dtype: str = "float64", report_sha256: str | None = None) -> bytes:
     """The exported file's bytes."""
     if fmt not in FORMATS:
@@ -183,6 +184,7 @@ def onnx_model(weights: Weights, dtype: str = "float64"):
     return model
 
 
+@numpy_error_defaults
 def evaluate(path: str | os.PathLike, fmt: str, E: np.ndarray, X: np.ndarray) -> np.ndarray:
     """The exported file's outputs on ``(E, X)`` at the file's dtype (returned as float64): ONNX
     by onnxruntime, the torch state dict by PyTorch, safetensors read by its NumPy loader and run
@@ -209,6 +211,7 @@ def evaluate(path: str | os.PathLike, fmt: str, E: np.ndarray, X: np.ndarray) ->
         return module(torch.tensor(E, dtype=t), torch.tensor(X, dtype=t)).to(torch.float64).numpy()
 
 
+@numpy_error_defaults
 def export(weights: Weights, fmt: str, out: str | os.PathLike, *, dtype: str = "float64", data=None,
            tol: float | None = None, report_sha256: str | None = None) -> dict:
     """Write ``weights`` to ``out`` in format ``fmt`` (atomically) and, with ``data``, evaluate

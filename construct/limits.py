@@ -162,15 +162,19 @@ def real_array(name: str, value, problems: list[str]) -> np.ndarray | None:
 
 def as_float64(name: str, arr: np.ndarray, problems: list[str]) -> np.ndarray | None:
     """A real array as float64, or None with the reason in ``problems`` where a wider float
-    (a long double) holds finite values beyond float64's range, named by example."""
-    with np.errstate(over="ignore"):
+    (a long double) holds finite values beyond float64's range, or nonzero values below its
+    smallest (which would become 0), named by example."""
+    with np.errstate(over="ignore", under="ignore"):
         out = arr.astype(np.float64, copy=False)
     if arr.dtype.kind == "f" and arr.dtype.itemsize > 8:
-        beyond = np.isinf(out) & np.isfinite(arr)
-        if beyond.any():
-            per_example = beyond.any(axis=tuple(range(1, arr.ndim))) if arr.ndim else np.array([True])
-            problems.append(f"{name}: values beyond float64's range (about 1.8e308) in example(s) "
-                            f"{index_list(np.flatnonzero(per_example))}; "
-                            "rescale them")
+        refused = False
+        for lost, what in ((np.isinf(out) & np.isfinite(arr), "values beyond float64's range (about 1.8e308)"),
+                           ((out == 0) & (arr != 0), "nonzero values below float64's range (about 4.9e-324)")):
+            if lost.any():
+                per_example = lost.any(axis=tuple(range(1, arr.ndim))) if arr.ndim else np.array([True])
+                problems.append(f"{name}: {what} in example(s) {index_list(np.flatnonzero(per_example))}; "
+                                "rescale them")
+                refused = True
+        if refused:
             return None
     return out

@@ -16,7 +16,7 @@ from . import precision
 from .arith import FLOAT64, Arithmetic, for_bits
 from .arith.mp import decimal_strings, from_decimal_strings
 from .arith.threads import row_blocks
-from .errors import InputError
+from .errors import InputError, numpy_error_defaults
 from .io import load_npz, npz_bytes
 from .limits import as_float64, finite_examples, index_list, integer, real_array
 
@@ -344,6 +344,7 @@ def head_features(E, X, W_K, W_Q, ar: Arithmetic = FLOAT64):
     return ar.token_mix(E, head_attention(E, X, W_K, W_Q, ar))
 
 
+@numpy_error_defaults
 def feature_matrix(E, X, weights: Weights, ar: Arithmetic | None = None):
     """The feature matrix ``Z`` (T, H·d): row t is ``[z_1; …; z_H]`` of example t.
 
@@ -378,6 +379,7 @@ def output_from_features(Z, X, weights: Weights, ar: Arithmetic | None = None):
         return o @ weights.W_D
 
 
+@numpy_error_defaults
 def forward(E, X, weights: Weights, ar: Arithmetic | None = None):
     """The model ``f(E, x; θ)`` for every example, shape (T, d_o), its pre-layer included.
 
@@ -387,17 +389,34 @@ def forward(E, X, weights: Weights, ar: Arithmetic | None = None):
 
     Raises:
         InputError: ``E`` (T, n, d) and ``X`` (T, d) do not have those shapes, with the weights'
-            ``d``, or hold something else than finite real numbers (named by example).
+            ``d``, or hold something else than finite real numbers (named by example); or, with
+            float64 weights, float64 overflows on some examples (inputs far larger than those the
+            weights were built for): the exact model is finite there, float64 cannot say what it is.
     """
+    misplaced = [name for name, a in (("E", E), ("X", X)) if isinstance(a, Weights)]
+    if misplaced:
+        raise InputError(f"{' and '.join(misplaced)}: got the weights; the call is forward(E, X, weights)",
+                         what="invalid arguments")
     high = isinstance(weights, Weights) and weights.bits is not None
     if ar is None and high and any(getattr(a, "dtype", None) == object for a in (E, X)):
         E, X = _mp_inputs(E, X)               # high-precision weights also take mpmath numbers
     elif ar is None:
         E, X = _real_inputs(E, X)
     _check_inputs(E, X, weights)
-    if ar is None and E.shape[0] == 0:
-        return np.zeros((0, weights.d_o), dtype=object if weights.bits is not None else np.float64)
-    return forward_unchecked(E, X, weights, ar)
+    if ar is not None:
+        return forward_unchecked(E, X, weights, ar)
+    if E.shape[0] == 0:
+        return np.zeros((0, weights.d_o), dtype=object if high else np.float64)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):   # judged below, not warned
+        out = forward_unchecked(E, X, weights)
+    if not high:
+        overflowed = ~np.isfinite(out).all(axis=1)
+        if overflowed.any():
+            raise InputError(f"float64 overflows (the logits or the outputs pass about 1.8e308) in example(s) "
+                             f"{index_list(np.flatnonzero(overflowed))}: the inputs there are far larger "
+                             "than those the weights were built for; the model is finite, but float64 cannot "
+                             "evaluate it (weights built with --precision can)", what="invalid inputs")
+    return out
 
 
 def forward_unchecked(E, X, weights: Weights, ar: Arithmetic | None = None):

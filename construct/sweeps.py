@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from .arith import FLOAT64, numerical_rank
-from .errors import InputError
+from .errors import InputError, numpy_error_defaults
 from .limits import integer
 from .model import Weights, capacity as bound_of, feature_matrix
 
@@ -37,6 +37,7 @@ VARIES = ("H", "n", "d_h")
 FIELDS = ("kind", "H", "n", "d", "d_h", "bound", "certified", "generic_T", "generic_rank", "seconds")
 
 
+@numpy_error_defaults
 def point(kind: str, H: int, n: int, d: int, d_h: int, seed: int = 0) -> dict:
     """One point of a sweep (module docstring)."""
     from .build import build
@@ -61,6 +62,7 @@ def point(kind: str, H: int, n: int, d: int, d_h: int, seed: int = 0) -> dict:
             "generic_T": generic_T, "generic_rank": int(rank), "seconds": round(time.perf_counter() - t0, 3)}
 
 
+@numpy_error_defaults
 def sweep(vary: str, values, *, kind: str = "independent", H: int = 4, n: int = 32, d: int = 64,
           d_h: int | None = None, seed: int = 0, progress=None) -> list[dict]:
     """Points with ``vary`` (``"H"``, ``"n"`` or ``"d_h"``) taking each of ``values``, the

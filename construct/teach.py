@@ -33,7 +33,7 @@ import numpy as np
 from .assumptions import a2_violations, kruskal_check, kruskal_rank
 from .build import BuildResult, build, capacity
 from .data import Dataset, as_dataset, synthetic
-from .errors import InputError
+from .errors import InputError, numpy_error_defaults
 from .limits import integer
 from .arith import numerical_rank
 from .arith.threads import blas_limit
@@ -919,6 +919,7 @@ MAX_HEADS = 64
 MAX_EXAMPLES = 1000
 
 
+@numpy_error_defaults
 def teach(heads: int = 3, context: int = 3, dim: int = 4, *, seed: int = 0, shared: bool = False,
           rational: bool = False, prelayer: bool = False) -> Walkthrough:
     """Run the construction on a tiny dataset and narrate every step with the engine's numbers.

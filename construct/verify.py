@@ -19,6 +19,7 @@ from .accurate import rounding_visible, shared_context
 from .arith import FLOAT64, Arithmetic, gpu
 from .arith.base import RowRank
 from .data import Dataset, checked
+from .errors import numpy_error_defaults
 from .limits import allowed_error, require_memory, tolerance
 from .model import (Weights, check_compatible, checked_weights, feature_matrix, forward_unchecked, layer_inputs,
                     output_from_features)
@@ -163,6 +164,7 @@ def _where_rounding_shows(ar: Arithmetic, weights: Weights, data: Dataset, out, 
     return accurate_outputs(host, E[0] if shared else E, X) if visible else None
 
 
+@numpy_error_defaults
 def verify(weights: Weights, data: Dataset, tol: float = DEFAULT_TOL, *, device: str = "cpu") -> Verification:
     """Recompute ``Z`` and the outputs from the weights and decide whether they memorize ``data``.
 

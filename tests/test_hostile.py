@@ -9,6 +9,7 @@ import tracemalloc
 import warnings
 import zipfile
 
+import mpmath
 import numpy as np
 import pytest
 from hypothesis import example, given, settings, strategies as st
@@ -685,3 +686,78 @@ def test_forward_checks_mpmath_inputs_for_high_precision_weights(small):
         E_bad[5, 0, 0] = bad
         with pytest.raises(InputError, match=r"E: not a finite real number .*example\(s\) 5"):
             forward(E_bad, X, high)
+
+
+def test_long_double_values_below_float64_are_refused_not_flushed_to_zero(small):
+    # Left from a hostile trial: a long double 1e-400 became 0 in float64 without a word, so the
+    # data built on were not the data given.
+    E = small.E.astype(np.longdouble)
+    E[2, 1, 0] = np.longdouble("1e-400")
+    if E[2, 1, 0] == 0:
+        pytest.skip("this platform's long double is float64")
+    with pytest.raises(InputError, match=r"E: nonzero values below float64's range .*example\(s\) 2"):
+        as_dataset(E, small.X, small.Y)
+    w = build(small, 3).weights
+    with pytest.raises(InputError, match=r"X: nonzero values below float64's range .*example\(s\) 0"):
+        X = small.X.astype(np.longdouble)
+        X[0, 0] = np.longdouble("-1e-4000")
+        forward(small.E, X, w)
+    tiny = small.E.astype(np.longdouble)
+    tiny[2, 1, 0] = np.longdouble("1e-310")                          # float64 holds it (subnormal)
+    assert as_dataset(tiny, small.X, small.Y).E[2, 1, 0] == np.float64("1e-310")
+
+
+def test_forward_refuses_to_return_nan_where_float64_overflows(small):
+    # Left from a hostile trial: inputs near 1e155 (weights built for unit-scale data) overflowed
+    # the logits, and forward returned NaN for every example without a word.
+    w = build(small, 3).weights
+    scale = np.ones(small.T)
+    scale[[1, 4]] = 1e160
+    with np.errstate(all="raise"):                        # no floating-point warning either
+        with pytest.raises(InputError, match=r"float64 overflows .*example\(s\) 1, 4"):
+            forward(small.E * scale[:, None, None], small.X * scale[:, None], w)
+        good = forward(small.E * 1e100, small.X * 1e100, w)          # large, within range: computed
+    assert np.isfinite(good).all()
+    high = build(small, 3, precision=100).weights                    # mpmath's range is enough
+    out = forward((small.E * 1e160).astype(object), (small.X * 1e160).astype(object), high)
+    assert all(mpmath.isfinite(v) for v in out.ravel())
+
+
+@pytest.mark.parametrize("kind", ["independent", "shared"])
+def test_a_raising_numpy_error_state_does_not_break_the_engine(kind):
+    # Found while fixing forward's overflow: under np.seterr(all="raise"), a setting users debug
+    # with, build and certify stopped at the first benign underflow (a saturated softmax's exp,
+    # an enclosure's product) with FloatingPointError.
+    data = synthetic(kind, **SMALL, seed=0)
+    with np.errstate(all="ignore"):
+        expected = build(data, 3, seed=0)
+    with np.errstate(all="raise"):
+        result = build(data, 3, seed=0)
+        assert verify(result.weights, data).passed
+        assert certify(result.weights, data).claims["memorization"]["proven"]
+        assert np.abs(forward(data.E, data.X, result.weights) - data.Y).max() < 1e-8
+    for name in ("W_K", "W_Q", "W_V", "W_O", "W_D"):                 # the same weights, bit for bit
+        assert np.array_equal(getattr(result.weights, name), getattr(expected.weights, name)), name
+
+
+def test_the_engine_judges_overflow_itself_under_any_numpy_error_state(small):
+    # verify judges an overflowed Z as a failure under its own np.errstate; a caller's "raise" must
+    # neither turn that into FloatingPointError nor (the first version of the fix) into warnings.
+    w = build(small, 3).weights
+    far = as_dataset(small.E * 1e160, small.X * 1e160, small.Y)
+    for mode in ("raise", "warn", "ignore"):
+        with warnings.catch_warnings(), np.errstate(all=mode):
+            warnings.simplefilter("error")
+            v = verify(w, far)
+            assert not v.passed and v.rank_Z == 0 and np.isnan(v.sigma_min_Z), v
+            assert np.geterr()["under"] == mode                        # the caller's state is back
+
+
+def test_forward_with_its_arguments_in_another_order_says_so(small):
+    # Found trying forward by hand: forward(weights, E, X) said "E: object array; give a numeric
+    # (float or int) array", which does not point at the order of the arguments.
+    w = build(small, 3).weights
+    with pytest.raises(InputError, match=r"forward\(E, X, weights\)"):
+        forward(w, small.E, small.X)
+    with pytest.raises(InputError, match=r"forward\(E, X, weights\)"):
+        forward(small.E, w, small.X)
