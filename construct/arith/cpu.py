@@ -109,9 +109,6 @@ class Float64(NumpyArithmetic):
     def rounded(self, A):
         return np.asarray(A, dtype=np.float64)
 
-    def ldexp(self, A, e: int):
-        return np.ldexp(A, e)
-
     def vector_norm(self, A, axis=None):
         return np.linalg.norm(A, axis=axis)
 
