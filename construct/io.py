@@ -113,7 +113,7 @@ def check_file_target(path: str | os.PathLike, label: str) -> None:
         if parent.exists():
             if not parent.is_dir():
                 raise InputError(f"{label} {str(path)!r}: {str(parent)!r} is not a folder", what="invalid output")
-            probe = parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.probe"
+            probe = parent / f".{_stem(path.name, parent)}.{os.getpid()}.{secrets.token_hex(4)}.probe"
             try:
                 os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             except OSError as exc:
@@ -171,7 +171,7 @@ def write_atomic_many(files: list[tuple[str | os.PathLike, bytes]]) -> None:
             try:
                 _make_folders(path.parent, made)
                 _sweep(path)
-                tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+                tmp = path.parent / f".{_stem(path.name, path.parent)}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
                 written.append((tmp, path))
                 _write_file(tmp, payload, 0o666 & ~_umask())
                 if path.is_dir():
@@ -203,8 +203,9 @@ def _sweep(path: Path) -> None:
     """Remove what killed writers of ``path`` left beside it: ``.NAME.PID.HEX.tmp`` and
     ``.NAME.PID.HEX.probe`` files whose process is gone (the exact pattern: another target's
     ``.NAME.99.…`` is not one of them)."""
-    pattern = re.compile(rf"\.{re.escape(path.name)}\.(\d+)\.[0-9a-f]+\.(tmp|probe)")
-    for old in _siblings(path.parent, f".{path.name}."):
+    stem = _stem(path.name, path.parent)
+    pattern = re.compile(rf"\.{re.escape(stem)}\.(\d+)\.[0-9a-f]+\.(tmp|probe)")
+    for old in _siblings(path.parent, f".{stem}."):
         m = pattern.fullmatch(old.name)
         if m and not _pid_alive(int(m.group(1))):
             _discard(old)
@@ -243,6 +244,28 @@ def _siblings(folder: Path, prefix: str) -> list[Path]:
         return []
 
 
+# What the hidden names beside a target add to its name: at most ".{stem}.mha-construct-{pid}-{hex}"
+# (OutputFolder's staging folder; a Linux pid has at most 7 digits), one byte to spare.
+_HIDDEN_EXTRA = 33
+
+
+def _stem(name: str, folder: Path) -> str:
+    """``name`` as the hidden files beside it carry it: itself, or where that would pass the most
+    bytes a name may have in ``folder`` (255 on most file systems), its first bytes (whole
+    characters) then ``~`` and 16 hex digits of its SHA-256, which keeps it apart from other
+    names with the same beginning."""
+    try:
+        name_max = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    raw = os.fsencode(name)
+    room = name_max - _HIDDEN_EXTRA
+    if len(raw) <= room:
+        return name
+    head = os.fsdecode(raw[:max(room - 17, 0)].decode("utf-8", "ignore").encode("utf-8"))
+    return f"{head}~{hashlib.sha256(raw).hexdigest()[:16]}"
+
+
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
@@ -268,7 +291,8 @@ class OutputFolder:
     Use as a context manager around the work that produces the files, then :meth:`publish` them:
 
     - on entry it takes a lock beside the folder (``.NAME.mha-construct.lock``, an advisory
-      ``flock``, released by the kernel if the process dies), so a second writer is refused at
+      ``flock``, released by the kernel if the process dies; a NAME near the file system's limit
+      is cut and given a digest, :func:`_stem`), so a second writer is refused at
       once; it removes what killed writers left (hidden ``.NAME.mha-construct-*`` folders); and
       it refuses a folder holding files other than ``names`` unless ``force``;
     - :meth:`publish` writes every file into a hidden sibling folder, flushes it to disk, and
@@ -293,7 +317,7 @@ class OutputFolder:
 
     @property
     def _hidden(self) -> str:
-        return f".{self.folder.name}.mha-construct"
+        return f".{_stem(self.folder.name, self.folder.parent)}.mha-construct"
 
     def __enter__(self) -> OutputFolder:
         folder, parent = self.folder, self.folder.parent

@@ -582,3 +582,49 @@ def test_write_atomic_failure_keeps_the_old_file(tmp_path, monkeypatch):
     with pytest.raises(OutputError, match="d.json"):
         write_atomic(folder / "d.json", b"z")
     only(folder, "f.json", "d.json")
+
+
+# --- names near the file system's limit ---------------------------------------------------------
+
+def long_name(parent: Path, suffix: str) -> str:
+    """A name of exactly the most bytes a name may have in ``parent`` (255 on most file systems),
+    of two-byte characters where that fits, so that a cut in the middle of one would show."""
+    room = os.pathconf(parent, "PC_NAME_MAX") - len(suffix.encode())
+    return "é" * (room // 2) + "a" * (room % 2) + suffix
+
+
+def test_names_at_the_file_systems_limit_are_written(tmp_path, capsys):
+    # Left from a hostile trial: a valid name within about 25 bytes of the 255-byte limit failed
+    # with "File name too long", because the hidden temporary beside it carries the name and more.
+    from construct.io import check_file_target, write_atomic
+    parent = real(tmp_path)
+    name = long_name(parent, ".json")
+    assert len(name.encode()) == os.pathconf(parent, "PC_NAME_MAX")
+    check_file_target(parent / name, "--out")
+    write_atomic(parent / name, b"one")
+    dead = parent / f".{name[:40]}.{dead_pid()}.abcd.tmp"       # not this target's: left alone
+    dead.write_bytes(b"x")
+    write_atomic(parent / name, b"two")
+    assert (parent / name).read_bytes() == b"two"
+    only(parent, name, dead.name)
+    dead.unlink()
+    folder = parent / long_name(parent, "")
+    assert build(folder, *SMALL, "--seed", "1") == (0, "")
+    assert build(folder, *SMALL, "--seed", "2") == (0, "")          # the replacement goes through too
+    consistent_build(folder)
+    only(parent, name, folder.name)
+
+
+def test_temporaries_of_long_names_are_swept_and_stay_apart(tmp_path):
+    # Long names' temporaries carry a cut name and a digest of the whole: a dead writer's is still
+    # swept, and two long names that share their first 200 bytes do not touch each other's.
+    from construct.io import _stem, write_atomic
+    parent = real(tmp_path)
+    a, b = long_name(parent, ".a"), long_name(parent, ".b")
+    assert _stem(a, parent) != _stem(b, parent) and _stem("short.json", parent) == "short.json"
+    dead = parent / f".{_stem(a, parent)}.{dead_pid()}.0123abcd.tmp"
+    dead.write_bytes(b"half")
+    other = parent / f".{_stem(b, parent)}.{dead_pid()}.0123abcd.tmp"
+    other.write_bytes(b"half")
+    write_atomic(parent / a, b"x")
+    assert not dead.exists() and other.exists()
