@@ -89,3 +89,11 @@ def test_the_tutorial_notebook_runs():
     joined = "\n".join(texts)
     assert "rank           PROVEN  rank Z = 57" in joined and "memorization   PROVEN" in joined
     assert "('mean-shift', True)" in joined and "(True, 7)" in joined
+
+
+def test_exports_md_gives_the_safetensors_format_the_reader_expects():
+    # A new user's trial: exports.md gave the metadata `format` as `mha-construct`; the files
+    # hold (and read_safetensors requires) FORMAT_NAME, so files written from the docs were refused.
+    from construct.export import FORMAT_NAME
+    text = (ROOT / "docs" / "exports.md").read_text()
+    assert f"`format`\n  (`{FORMAT_NAME}`)" in text or f"`format` (`{FORMAT_NAME}`)" in text
