@@ -620,9 +620,49 @@ _HELP = {
 }
 
 
+class _Stdout:
+    """``sys.stdout`` while a command runs: once the reader of a pipe has gone (``| head -1``),
+    the rest of the output is dropped and the command runs to its end, its files written and its
+    exit code its verdict. The stream's descriptor then points at ``/dev/null``, so that the
+    interpreter's last flush of what the pipe refused raises nothing either."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._gone = False
+
+    def write(self, text: str) -> int:
+        if not self._gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._reader_gone()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._reader_gone()
+
+    def _reader_gone(self) -> None:
+        self._gone = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):   # a stream without a descriptor (a test's)
+            pass
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mha-construct`` console script; returns the exit code."""
     args = _parser().parse_args(argv)
+    saved = sys.stdout
+    sys.stdout = _Stdout(saved)
     try:
         return args.run(args)
     except (InputError, OutputError) as exc:
@@ -640,6 +680,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"mha-construct {args.command}: interrupted; nothing written", file=sys.stderr)
         return 130
+    finally:
+        sys.stdout.flush()
+        sys.stdout = saved
 
 
 if __name__ == "__main__":

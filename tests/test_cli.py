@@ -1,6 +1,7 @@
 """The command line: the main job, verification, and every bad input (clear error, no file)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -611,3 +612,28 @@ def test_capacity_refuses_a_kind_or_value_given_twice(tmp_path, capsys, argv, ne
         base += ["--values", "1"]
     code, out, err = run([part.format(o=tmp_path) for part in base + argv], capsys)
     assert code == 2 and needle in err and "kind " not in out, err
+
+
+@pytest.mark.parametrize("command", ["assumptions", "capacity", "verify", "teach"])
+def test_a_reader_that_goes_away_leaves_the_command_its_work_and_its_exit_code(tmp_path, good, command):
+    # A new user's trial: `mha-construct assumptions d.npz | head -1` (and `capacity … | head -1`)
+    # printed "error: [Errno 32] Broken pipe" and exited 2, the code of bad input, where the verdict
+    # was 0. Here the pipe's reader is gone before the first line, so every write meets it.
+    data = write(tmp_path / "d.npz", **good)
+    subprocess.run([sys.executable, "-m", "construct", "build", str(data), "--out", str(tmp_path / "run"), "--quiet"],
+                   check=True, capture_output=True)
+    argv = {"assumptions": ["assumptions", str(data), "--trials", "200"],
+            "capacity": ["capacity", "--vary", "H", "--values", "1", "2", "--context", "3", "--dim", "4",
+                         "--csv", str(tmp_path / "c.csv")],
+            "verify": ["verify", str(tmp_path / "run" / "weights.npz"), str(tmp_path / "run" / "data.npz")],
+            "teach": ["teach"]}[command]
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "construct", *argv], stdout=write_end, stderr=subprocess.PIPE,
+                              text=True, timeout=300)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    if command == "capacity":
+        assert (tmp_path / "c.csv").read_text().count("\n") == 3          # the header and H = 1, 2
