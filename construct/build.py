@@ -252,7 +252,7 @@ def build_in(ar: Arithmetic, data: Dataset, why: str, *, heads: int, head_dim: i
         # so it is the forward pass's Z, unless rounding the weights to the arithmetic's bits moved
         # them (mpmath); then it is recomputed from the stored weights.
         in_ar = weights.map(ar.asarray, bits=weights.bits)         # the same numbers, in the arithmetic
-        Z = ws.Z if not ar.rounds_weights else feature_matrix(ws.E, ws.X, in_ar, ar)
+        Z = ws.Z if not ar.rounds_weights else feature_matrix(ws.E, ws.X, in_ar, ar, layered=True)
         verification = check(ar, Z, in_ar, Dataset(ws.E, ws.X, Y), tol,
                               ws.reduction if not ar.rounds_weights else None, outputs, detect=False)
     lap("verify")

@@ -219,7 +219,7 @@ def _interval_claims(weights: Weights, data: Dataset, bits: int) -> dict:
         w = weights.map(iv.asarray)
         E, X, Y = iv.asarray(data.E), iv.asarray(data.X), iv.asarray(data.Y)
         E, X = layer_inputs(w, E, X, iv)                        # the pre-layer, if any, on intervals
-        Z = feature_matrix(E, X, w, iv)                         # the model's own forward pass and
+        Z = feature_matrix(E, X, w, iv, layered=True)           # the model's own forward pass and
         out = output_from_features(Z, X, w, iv)                 # readout, on intervals
         error_bound = float(iv.magnitude(out - Y).max())
         # Beyond float64 (or NaN): no bound a certificate can state (JSON has no infinity).

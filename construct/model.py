@@ -345,19 +345,28 @@ def head_features(E, X, W_K, W_Q, ar: Arithmetic = FLOAT64):
 
 
 @numpy_error_defaults
-def feature_matrix(E, X, weights: Weights, ar: Arithmetic | None = None):
+def feature_matrix(E, X, weights: Weights, ar: Arithmetic | None = None, *, layered: bool | None = None):
     """The feature matrix ``Z`` (T, H·d): row t is ``[z_1; …; z_H]`` of example t.
 
-    ``E`` and ``X`` are what the attention layer reads. Unlike :func:`forward`, this does not
-    apply the weights' pre-layer: for weights with one, pass ``layer_inputs(weights, E, X)``.
+    ``layered``: for weights with a pre-layer, which inputs ``E`` and ``X`` are: ``False``, the
+    data (the layer is applied first, as :func:`forward` does); ``True``, what the attention layer
+    reads already (``layer_inputs(weights, E, X)``). Without it such weights raise
+    :class:`InputError` (the two readings give different ``Z``). Weights without a pre-layer take
+    either.
 
     ``ar``: the arithmetic to evaluate in; by default the weights' own (float64, or mpmath at
     ``weights.bits``), and then ``E`` and ``X`` must be in it too.
     """
     _check_inputs(E, X, weights)
+    if weights.prelayer is not None and layered is None:
+        raise InputError(f"these weights have a pre-layer ({weights.prelayer}): pass layered=False to apply it "
+                         "to E and X first (as forward does), or layered=True where E and X are its outputs "
+                         "already (layer_inputs(weights, E, X))", what="invalid arguments")
     ar = for_bits(weights.bits) if ar is None else ar
     T, d = X.shape
     with ar.working():
+        if not layered:
+            E, X = layer_inputs(weights, E, X, ar)
         Z = ar.zeros((T, weights.H * d))
 
         def part(lo: int, hi: int) -> None:                    # rows lo..hi−1, every head
@@ -425,7 +434,7 @@ def forward_unchecked(E, X, weights: Weights, ar: Arithmetic | None = None):
     top become infinite and that is the answer."""
     ar = for_bits(weights.bits) if ar is None else ar
     E, X = layer_inputs(weights, E, X, ar)
-    return output_from_features(feature_matrix(E, X, weights, ar), X, weights, ar)
+    return output_from_features(feature_matrix(E, X, weights, ar, layered=True), X, weights, ar)
 
 
 def _mp_inputs(E, X) -> tuple[np.ndarray, np.ndarray]:

@@ -964,7 +964,7 @@ def _walkthrough(heads: int, context: int, dim: int, seed: int, shared: bool, ra
     raw = data
     if prelayer:                                  # the attention layer reads the pre-layer's outputs
         data = Dataset(*mean_shift(data.E, data.X), data.Y)
-    Z = feature_matrix(data.E, data.X, W)
+    Z = feature_matrix(data.E, data.X, W, layered=True)
     exact = (lambda a: _exact(a)) if rational else None
     steps = [_assumptions_step(raw, result, exact)]
     if prelayer:

@@ -192,7 +192,7 @@ def verify(weights: Weights, data: Dataset, tol: float = DEFAULT_TOL, *, device:
         data_ar = Dataset(E, X, ar.asarray(data.Y))
         w_ar = weights if ar.xp is np else weights.map(ar.asarray, bits=weights.bits)
         with ar.session(), np.errstate(over="ignore", invalid="ignore"):   # rows in parallel; overflow
-            Z = feature_matrix(data_ar.E, data_ar.X, w_ar, ar)                # is judged below, not warned
+            Z = feature_matrix(data_ar.E, data_ar.X, w_ar, ar, layered=True)                # is judged below, not warned
         with ar.heavy():                            # the rank: LAPACK on every thread
             v = check(ar, Z, w_ar, data_ar, tol, overwrite=True)
     ran = "gpu" if isinstance(ar, gpu.CuPyFloat64) else "cpu"

@@ -67,7 +67,7 @@ def features_rank(data, weights) -> tuple[np.ndarray, int, np.ndarray]:
     ar = for_bits(weights.bits)
     with ar.working():
         E, X = layer_inputs(weights, ar.asarray(data.E), ar.asarray(data.X), ar)
-        Z = feature_matrix(E, X, weights, ar)
+        Z = feature_matrix(E, X, weights, ar, layered=True)
         rank, s = ar.numerical_rank(Z)
     return Z, rank, s
 

@@ -79,7 +79,7 @@ def check_step(result: BuildResult, head: int) -> Check:
     tr, ev = traced_head(result, head, "check_step")
     E, X = layer_data(result)
     d, S = result.data.d, tr.examples
-    Z = feature_matrix(E, X, result.weights)
+    Z = feature_matrix(E, X, result.weights, layered=True)
     Z1 = Z[:, :(head - 1) * d]
     C_ref = Z1[S.start:S.stop] @ np.linalg.pinv(Z1[:S.start])
     C_err = float(np.linalg.norm(tr.C - C_ref, 2))

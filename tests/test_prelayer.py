@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from construct import InputError, as_dataset, build, verify
+from construct import InputError, as_dataset, build, synthetic, verify
 from construct.arith import Mpmath
 from construct.certify import certify, check_certificate
 from construct.cli import main
@@ -236,7 +236,7 @@ def test_skip_connection_adds_the_shifted_query(sequences):
     data = tokens(30, n=6, d=12, vocabulary=40, classes=3, seed=7)
     result = build(data, 6, prelayer="mean-shift", skip=True)
     E, X = mean_shift(data.E, data.X)
-    Z = feature_matrix(E, X, result.weights)
+    Z = feature_matrix(E, X, result.weights, layered=True)
     assert np.abs(output_from_features(Z, X, result.weights) - data.Y).max() <= 1e-8
     assert certify(result.weights, data, method="float64").passed
 
@@ -255,3 +255,22 @@ def test_identical_inputs_are_found_among_many_examples_with_one_query():
     with pytest.raises(InputError) as exc:
         refuse_identical_inputs(E, X, Y)
     assert "examples 5 and 9" in str(exc.value) and "examples 12 and 17777" in str(exc.value)
+
+
+def test_feature_matrix_of_weights_with_a_pre_layer_asks_which_inputs_it_has():
+    # A new user's trial: feature_matrix(E, X, w) of weights built with --prelayer returned the
+    # attention's features on E and X themselves, not on the pre-layer's outputs, without a word
+    # (forward applies the layer; the docstring said to pass layer_inputs). Both readings are now
+    # named: layered=False applies the layer, layered=True says E and X are its outputs already.
+    data = tokens(30, n=6, d=12, vocabulary=40, classes=3, seed=7)
+    w = build(data, 6, prelayer="mean-shift").weights
+    with pytest.raises(InputError, match="layered=False.*layered=True"):
+        feature_matrix(data.E, data.X, w)
+    E, X = mean_shift(data.E, data.X)
+    Z = feature_matrix(data.E, data.X, w, layered=False)
+    assert np.array_equal(Z, feature_matrix(E, X, w, layered=True))
+    assert np.array_equal(output_from_features(Z, X, w), forward(data.E, data.X, w))
+    other = synthetic("independent", T=11, n=3, d=4, seed=0)
+    plain = build(other, 5).weights                                  # no pre-layer: no question
+    assert np.array_equal(feature_matrix(other.E, other.X, plain),
+                          feature_matrix(other.E, other.X, plain, layered=True))
