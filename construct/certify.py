@@ -95,13 +95,36 @@ class Certificate:
         """Write the claims as JSON to ``path`` (atomically); ``certify --check`` reads it back."""
         write_atomic(path, json_bytes(self.claims))
 
+    @property
+    def method(self) -> str:
+        """``"float64"`` or ``"interval"``: the method that proved (or failed to prove) the claims."""
+        return self.claims["method"]
+
+    @property
+    def proven(self) -> tuple[str, ...]:
+        """The names of the claims proven, of ``"rank"``, ``"memorization"``, ``"classification"``."""
+        return tuple(k for k in CLAIMS if k in self.claims and self.claims[k]["proven"])
+
+    @property
+    def rank(self) -> dict:
+        """The rank claim: ``proven``, ``claim`` or ``reason``, ``sigma_min_lower_bound``, …"""
+        return self.claims["rank"]
+
+    @property
+    def memorization(self) -> dict:
+        """The memorization claim: ``proven``, ``claim`` or ``reason``, ``max_abs_error_bound``."""
+        return self.claims["memorization"]
+
+    @property
+    def classification(self) -> dict | None:
+        """The classification claim (one-hot labels only, else None)."""
+        return self.claims.get("classification")
+
     def __str__(self) -> str:
         return "\n".join(self.lines())
 
     def __repr__(self) -> str:
-        c = self.claims
-        states = ", ".join(f"{k}={'proven' if c[k]['proven'] else 'not proven'}" for k in CLAIMS if k in c)
-        return f"Certificate(passed={self.passed}, method={c.get('method')!r}, {states})"
+        return f"Certificate(passed={self.passed}, method={self.claims.get('method')!r}, proven={self.proven})"
 
 
 METHODS = ("auto", "float64", "interval")

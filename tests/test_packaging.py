@@ -88,3 +88,19 @@ def test_a_build_saved_from_python_keeps_the_class_ids_as_the_cli_does(tmp_path)
     unlabelled = construct.synthetic("independent", T=7, n=3, d=5, seed=0)
     construct.build(unlabelled, 3).save(tmp_path / "plain")
     assert "classes" not in json.loads((tmp_path / "plain" / "report.json").read_text())["data"]
+
+
+def test_a_certificates_repr_names_attributes_it_has():
+    # A new user's trial: repr said `Certificate(passed=True, method='float64', rank=proven, …)`,
+    # but `cert.rank` and `cert.method` raised AttributeError; the claims were only in
+    # `cert.claims`, the whole JSON document.
+    import construct
+    from construct.certify import certify
+    data = construct.synthetic("independent", T=9, n=3, d=5, seed=1)
+    weights = construct.build(data, 4).weights
+    cert, strict = certify(weights, data), certify(weights, data, tol=1e-30, method="float64")
+    assert repr(cert) == "Certificate(passed=True, method='float64', proven=('rank', 'memorization'))"
+    assert repr(strict) == "Certificate(passed=False, method='float64', proven=('rank',))"
+    assert cert.method == "float64" and cert.proven == ("rank", "memorization")
+    assert cert.memorization is cert.claims["memorization"] and cert.memorization["max_abs_error_bound"] < 1e-8
+    assert cert.rank["sigma_min_lower_bound"] > 0 and cert.classification is None
