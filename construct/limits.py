@@ -144,6 +144,12 @@ def finite_examples(name: str, arr: np.ndarray, problems: list[str]) -> None:
 def real_array(name: str, value, problems: list[str]) -> np.ndarray | None:
     """``value`` as a NumPy array of real numbers (its own dtype: float or integer), or None with
     the reason appended to ``problems``: a ragged list, an object, string or complex array."""
+    if isinstance(value, np.ma.MaskedArray) and np.ma.is_masked(value):     # asarray drops the mask
+        mask = np.ma.getmaskarray(value)
+        rows = mask.any(axis=tuple(range(1, mask.ndim))) if mask.ndim else np.array([True])
+        problems.append(f"{name}: masked values in example(s) {index_list(np.flatnonzero(rows))}; "
+                        "fill them (filled()) or drop those examples")
+        return None
     try:
         arr = np.asarray(value)
     except (ValueError, TypeError) as exc:                # a ragged list, say
@@ -161,20 +167,34 @@ def real_array(name: str, value, problems: list[str]) -> np.ndarray | None:
 
 
 def as_float64(name: str, arr: np.ndarray, problems: list[str]) -> np.ndarray | None:
-    """A real array as float64, or None with the reason in ``problems`` where a wider float
-    (a long double) holds finite values beyond float64's range, or nonzero values below its
-    smallest (which would become 0), named by example."""
+    """A real array as float64, or None with the reason in ``problems``, named by example, where
+    float64 cannot hold its values exactly: integers beyond ``2^53`` that are not float64 numbers,
+    and long doubles beyond float64's range, nonzero below its smallest, or with more significant
+    bits. The engine computes on float64 values: rounding them would build and certify other data."""
     with np.errstate(over="ignore", under="ignore"):
         out = arr.astype(np.float64, copy=False)
-    if arr.dtype.kind == "f" and arr.dtype.itemsize > 8:
-        refused = False
-        for lost, what in ((np.isinf(out) & np.isfinite(arr), "values beyond float64's range (about 1.8e308)"),
-                           ((out == 0) & (arr != 0), "nonzero values below float64's range (about 4.9e-324)")):
-            if lost.any():
-                per_example = lost.any(axis=tuple(range(1, arr.ndim))) if arr.ndim else np.array([True])
-                problems.append(f"{name}: {what} in example(s) {index_list(np.flatnonzero(per_example))}; "
-                                "rescale them")
-                refused = True
-        if refused:
-            return None
-    return out
+    if arr.dtype.kind not in "iu" and not (arr.dtype.kind == "f" and arr.dtype.itemsize > 8):
+        return out
+    refused = False
+
+    def refuse(lost: np.ndarray, what: str, advice: str) -> None:
+        nonlocal refused
+        if lost.any():
+            per_example = lost.any(axis=tuple(range(1, arr.ndim))) if arr.ndim else np.array([True])
+            problems.append(f"{name}: {what} in example(s) {index_list(np.flatnonzero(per_example))}; {advice}")
+            refused = True
+    with np.errstate(over="ignore", invalid="ignore"):
+        back = out.astype(arr.dtype)                     # exact where float64 holds the value
+    if arr.dtype.kind == "f":
+        beyond = np.isinf(out) & np.isfinite(arr)
+        below = (out == 0) & (arr != 0)
+        refuse(beyond, "values beyond float64's range (about 1.8e308)", "rescale them")
+        refuse(below, "nonzero values below float64's range (about 4.9e-324)", "rescale them")
+        inexact = np.isfinite(arr) & ~beyond & ~below & (back != arr)
+    else:
+        inexact = back != arr
+    refuse(inexact, "values float64 cannot hold exactly (integers beyond 2^53, long doubles with more than "
+           "53 significant bits)", "the engine computes on float64 values, so rounding them would build and "
+           "certify other data: convert them yourself (astype(np.float64)) where the rounded values are the "
+           "data you mean")
+    return None if refused else out

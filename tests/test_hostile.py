@@ -703,7 +703,7 @@ def test_long_double_values_below_float64_are_refused_not_flushed_to_zero(small)
         X[0, 0] = np.longdouble("-1e-4000")
         forward(small.E, X, w)
     tiny = small.E.astype(np.longdouble)
-    tiny[2, 1, 0] = np.longdouble("1e-310")                          # float64 holds it (subnormal)
+    tiny[2, 1, 0] = np.longdouble(np.float64("1e-310"))              # float64 holds it (subnormal)
     assert as_dataset(tiny, small.X, small.Y).E[2, 1, 0] == np.float64("1e-310")
 
 
@@ -761,3 +761,40 @@ def test_forward_with_its_arguments_in_another_order_says_so(small):
         forward(w, small.E, small.X)
     with pytest.raises(InputError, match=r"forward\(E, X, weights\)"):
         forward(small.E, w, small.X)
+
+
+def test_values_float64_cannot_hold_exactly_are_refused_not_rounded(small):
+    # A hostile trial: int64 labels 2**53 + 1 (and long doubles with more than 53 significant bits)
+    # were rounded to float64 without a word, so a certificate's "max |f - y| <= 1.2e-41" was
+    # accepted by --check while the exact model missed the file's own labels by 1.0; and examples
+    # that differ only beyond float64 were called identical ("no model memorizes them").
+    Y = np.array([[5], [7], [2 ** 53 + 1], [3], [2 ** 60 + 1], [1], [2]], dtype=np.int64)
+    with pytest.raises(InputError, match=r"Y: values float64 cannot hold exactly .*example\(s\) 2, 4"):
+        as_dataset(small.E, small.X, Y)
+    with pytest.raises(InputError, match=r"Y: values float64 cannot hold exactly .*example\(s\) 6"):
+        as_dataset(small.E, small.X, np.array([[0], [1], [2], [3], [4], [5], [2 ** 64 - 1]], dtype=np.uint64))
+    held = as_dataset(small.E, small.X, np.array([[2 ** 53], [-2 ** 62], [0], [1], [2], [3], [4]], dtype=np.int64))
+    assert held.Y[0, 0] == 2.0 ** 53 and held.Y[1, 0] == -2.0 ** 62           # powers of two: exact
+    w = build(small, 3).weights
+    with pytest.raises(InputError, match=r"X: values float64 cannot hold exactly .*example\(s\) 1"):
+        X = small.X.astype(np.int64) * 0
+        X[1, 0] = 2 ** 53 + 1
+        forward(small.E, X, w)
+    E = small.E.astype(np.longdouble)
+    if np.finfo(np.longdouble).nmant > 52:                              # an x86 long double, say
+        E[3, 0, 1] *= 1 + np.longdouble(2) ** -60
+        with pytest.raises(InputError, match=r"E: values float64 cannot hold exactly .*example\(s\) 3"):
+            as_dataset(E, small.X, small.Y)
+    exact = as_dataset(small.E.astype(np.longdouble), small.X, small.Y)         # float64 values: taken
+    assert np.array_equal(exact.E, small.E)
+
+
+def test_masked_arrays_are_refused_where_values_are_masked(small):
+    # A hostile trial: as_dataset and forward used the values hidden under a mask.
+    E = np.ma.masked_array(small.E, mask=np.zeros(small.E.shape, bool))
+    assert np.array_equal(as_dataset(E, small.X, small.Y).E, small.E)            # nothing masked
+    E[5, 1, 2] = np.ma.masked
+    with pytest.raises(InputError, match=r"E: masked values in example\(s\) 5"):
+        as_dataset(E, small.X, small.Y)
+    with pytest.raises(InputError, match=r"E: masked values in example\(s\) 5"):
+        forward(E, small.X, build(small, 3).weights)
