@@ -335,7 +335,7 @@ class OutputFolder:
             self._undo()
             raise _os_error(exc, folder.name, parent) from None
         try:
-            leftovers = _siblings(parent, f"{self._hidden}-")     # of killed writers
+            leftovers = self._leftovers()                            # of killed writers
             olds = [p for p in leftovers if p.name.endswith("-old")]
             if not folder.exists() and olds:
                 # killed between the two renames of the fallback: the old set comes back
@@ -357,6 +357,19 @@ class OutputFolder:
             self._undo()
             raise
         return self
+
+    def _leftovers(self) -> list[Path]:
+        """What killed writers of this folder left beside it: staging folders
+        ``.NAME.mha-construct-PID-HEX`` and old sets ``.NAME.mha-construct-PID-old`` whose
+        process is gone (the exact pattern: a folder of the user's with another name after the
+        prefix is theirs)."""
+        pattern = re.compile(rf"{re.escape(self._hidden)}-(\d+)-([0-9a-f]{{8}}|old)")
+        found = []
+        for path in _siblings(self.folder.parent, f"{self._hidden}-"):
+            m = pattern.fullmatch(path.name)
+            if m and not _pid_alive(int(m.group(1))) and path.is_dir() and not path.is_symlink():
+                found.append(path)
+        return found
 
     def _take_lock(self) -> None:
         path = self.folder.parent / f"{self._hidden}.lock"

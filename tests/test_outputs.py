@@ -628,3 +628,21 @@ def test_temporaries_of_long_names_are_swept_and_stay_apart(tmp_path):
     other.write_bytes(b"half")
     write_atomic(parent / a, b"x")
     assert not dead.exists() and other.exists()
+
+
+def test_a_users_folder_beside_the_output_is_never_taken_for_a_leftover(tmp_path, capsys):
+    # A hostile trial: `build --out res` removed every sibling named `.res.mha-construct-*`, a
+    # build the user had kept as `.res.mha-construct-backup` included; and where `res` was
+    # missing, a `.res.mha-construct-x-old` of theirs would have been renamed into `res`.
+    parent = real(tmp_path)
+    assert build(parent / ".res.mha-construct-backup", *SMALL, "--seed", "1") == (0, "")
+    kept = consistent_build(parent / ".res.mha-construct-backup")
+    theirs = parent / ".res.mha-construct-x-old"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine")
+    live = parent / f".res.mha-construct-{os.getppid()}-0badcafe"      # a live writer's: not touched
+    live.mkdir()
+    assert build(parent / "res", *SMALL, "--seed", "2", capsys=capsys) == (0, "")
+    consistent_build(parent / "res")
+    assert consistent_build(parent / ".res.mha-construct-backup") == kept
+    assert (theirs / "notes.txt").read_text() == "mine" and live.is_dir()
