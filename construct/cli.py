@@ -397,6 +397,16 @@ def _path(text: str) -> Path:
     return Path(text)
 
 
+def _file(text: str) -> Path:
+    """:func:`_path` for an option that names a file: a path ending in a separator, ``.`` or
+    ``..`` names a folder (``Path`` would drop the slash, and ``keep/`` replace the file ``keep``)."""
+    path = _path(text)
+    seps = tuple(filter(None, (os.sep, os.altsep)))
+    if text.endswith(seps) or os.path.basename(text) in (".", ".."):
+        raise argparse.ArgumentTypeError(f"{text!r} names a folder (it ends in {text[-1]!r}); name a file")
+    return path
+
+
 def _digits(text: str, least: int, meaning: str) -> int:
     """An integer of ASCII digits, at least ``least``: Python's ``int`` would also take ``1_0``,
     spaces around it, a sign and other scripts' digits, which an option refuses, never coerces."""
@@ -511,8 +521,8 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("certify", help="prove rank Z = T and bound max |f - y| for the exact model")
     c.add_argument("weights", type=_path, help="the weights (.npz, as build writes them)")
     c.add_argument("data", type=_path, help="the dataset (.npz with E, X and Y or labels)")
-    c.add_argument("--out", type=_path, help="write the certificate (JSON) here")
-    c.add_argument("--check", type=_path, metavar="CERT.json",
+    c.add_argument("--out", type=_file, help="write the certificate (JSON) here")
+    c.add_argument("--check", type=_file, metavar="CERT.json",
                    help="instead, re-prove every claim of an existing certificate for these files")
     c.add_argument("--tol", type=_number, default=None,
                    help=f"memorization claim: max |f-y| <= tol * max(1, max|Y|) (default {DEFAULT_TOL:g})")
@@ -527,7 +537,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("weights", type=_path, help="the weights (.npz, as build writes them)")
     e.add_argument("--format", choices=("torch", "safetensors", "onnx"), required=True,
                    help="a PyTorch state dict, safetensors arrays with metadata, or an ONNX graph")
-    e.add_argument("--out", type=_path, required=True, help="the file to write")
+    e.add_argument("--out", type=_file, required=True, help="the file to write")
     e.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                    help="the file's number type (default float64: the weights' own values)")
     e.add_argument("--data", type=_path, help="dataset to evaluate the export on (default: data.npz beside the weights)")
@@ -548,9 +558,9 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--dim", type=_positive, default=64, help="d (default 64)")
     k.add_argument("--head-dim", type=_positive, help="d_h when not varied (default n)")
     k.add_argument("--seed", type=_seed, default=0, help="seed of the data and the construction (default 0)")
-    k.add_argument("--csv", type=_path, help="write the table as CSV")
-    k.add_argument("--json", type=_path, help="write the table as JSON")
-    k.add_argument("--plot", type=_path, nargs="+", help="draw it (.svg or .png; [plot] extra): with two kinds, one file per kind, "
+    k.add_argument("--csv", type=_file, help="write the table as CSV")
+    k.add_argument("--json", type=_file, help="write the table as JSON")
+    k.add_argument("--plot", type=_file, nargs="+", help="draw it (.svg or .png; [plot] extra): with two kinds, one file per kind, "
                                                               "NAME-independent.svg and NAME-shared.svg")
     k.set_defaults(run=_cmd_capacity)
 

@@ -637,3 +637,21 @@ def test_a_reader_that_goes_away_leaves_the_command_its_work_and_its_exit_code(t
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     if command == "capacity":
         assert (tmp_path / "c.csv").read_text().count("\n") == 3          # the header and H = 1, 2
+
+
+@pytest.mark.parametrize("command", ["certify", "export", "capacity"])
+def test_a_file_option_that_ends_in_a_slash_names_a_folder_and_is_refused(tmp_path, capsys, small_run, command):
+    # A hostile trial: `certify … --out keep/` replaced the file `keep` (pathlib drops the slash),
+    # and `--out newdir/` made a file `newdir`; the same for export --out and capacity --csv.
+    keep = tmp_path / "keep"
+    keep.write_text("precious")
+    for target in (f"{keep}/", f"{tmp_path / 'newdir'}/", f"{tmp_path}/."):
+        argv = {"certify": ["certify", small_run / "weights.npz", small_run / "data.npz", "--out", target],
+                "export": ["export", small_run / "weights.npz", "--format", "torch", "--out", target],
+                "capacity": ["capacity", "--vary", "H", "--values", "1", "--context", "3", "--dim", "4",
+                             "--csv", target]}[command]
+        with pytest.raises(SystemExit) as exc:
+            main([str(a) for a in argv])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and "names a folder" in err, err
+    assert keep.read_text() == "precious" and not (tmp_path / "newdir").exists()
