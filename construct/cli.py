@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shlex
 import stat
 import sys
 import textwrap
@@ -137,7 +138,7 @@ def _build_into(args, out) -> dict:
         if heads is None:
             d_h = args.head_dim or data.n
             heads = heads_needed(data.T, min(data.n, d_h)) or 1
-        source = {"source": str(args.data)}
+        source = {"source": os.fsencode(args.data).decode("utf-8", "backslashreplace")}   # valid text
         if data.classes is not None:                 # integer labels: the id of each column of Y
             source["classes"] = list(data.classes)
     else:
@@ -220,7 +221,7 @@ def _cmd_verify(args) -> int:
 def _cmd_export(args) -> int:
     from .data import load_dataset
     from .export import export
-    from .io import check_file_target, sha256
+    from .io import check_file_target
     from .limits import tolerance
     from .model import load_weights
 
@@ -233,9 +234,11 @@ def _cmd_export(args) -> int:
     _not_an_input(args.out, weights=args.weights, data=data_file, report=report if report.is_file() else None)
     check_file_target(args.out, "--out")
     data = load_dataset(data_file) if data_file is not None else None
-    info = export(weights, args.format, args.out, dtype=args.dtype, data=data, tol=args.tol,
-                  report_sha256=sha256(report.read_bytes()) if report.is_file() else None)
+    linked, unlinked = _report_of(report, Path(args.weights))
+    info = export(weights, args.format, args.out, dtype=args.dtype, data=data, tol=args.tol, report_sha256=linked)
     print(f"wrote        {info['path']} ({info['format']}, {info['dtype']})")
+    if unlinked:
+        print(f"report       {report} describes other weights (or cannot be read): not linked in the export")
     if data is None:
         print("checked      not evaluated (no dataset: give --data)")
     else:
@@ -287,10 +290,27 @@ def _cmd_certify(args) -> int:
     lines = result.lines()
     if args.out is not None:
         result.save(args.out)
-        lines.append(f"wrote          {args.out}: the certificate (JSON; check it with "
-                     f"`mha-construct certify {args.weights} {args.data} --check {args.out}`)")
+        again = shlex.join(["mha-construct", "certify", str(args.weights), str(args.data), "--check", str(args.out)])
+        lines.append(f"wrote          {args.out}: the certificate (JSON; check it with `{again}`)")
     print("\n".join(lines))
     return 0 if result.passed else 1
+
+
+def _report_of(report: Path, weights: Path) -> tuple[str | None, bool]:
+    """``(sha256 of report.json, False)`` where that report describes these weights (its
+    ``weights_sha256`` is theirs), ``(None, True)`` where one lies there and does not (another
+    build's, or unreadable), ``(None, False)`` where there is none."""
+    import json
+
+    from .io import sha256
+    if not report.is_file():
+        return None, False
+    try:
+        payload = report.read_bytes()
+        described = json.loads(payload).get("weights_sha256")
+    except (OSError, ValueError, AttributeError):
+        return None, True
+    return (sha256(payload), False) if described == sha256(weights.read_bytes()) else (None, True)
 
 
 def _cmd_teach(args) -> int:

@@ -655,3 +655,51 @@ def test_a_file_option_that_ends_in_a_slash_names_a_folder_and_is_refused(tmp_pa
         err = capsys.readouterr().err
         assert exc.value.code == 2 and "names a folder" in err, err
     assert keep.read_text() == "precious" and not (tmp_path / "newdir").exists()
+
+
+def test_export_links_only_the_report_of_these_weights(tmp_path, capsys, small_run, good):
+    # A hostile trial: export embedded report_sha256 of whatever report.json lay beside the
+    # weights, though that report's weights_sha256 named other weights.
+    import shutil
+    from safetensors import safe_open
+    from construct.io import sha256
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    for name in ("weights.npz", "data.npz"):
+        shutil.copy(small_run / name, mixed / name)
+    other = tmp_path / "other"
+    assert run(["build", write(tmp_path / "d2.npz", **good), "--out", other, "--quiet", "--seed", "5"], capsys)[0] == 0
+    shutil.copy(other / "report.json", mixed / "report.json")
+    for folder, linked in ((small_run, True), (mixed, False)):
+        out = tmp_path / f"{folder.name}.safetensors"
+        code, stdout, _ = run(["export", folder / "weights.npz", "--format", "safetensors", "--out", out], capsys)
+        assert code == 0
+        with safe_open(str(out), "np") as f:
+            meta = f.metadata()
+        if linked:
+            assert meta["report_sha256"] == sha256((folder / "report.json").read_bytes())
+        else:
+            assert "report_sha256" not in meta and "describes other weights" in stdout, stdout
+
+
+def test_the_check_command_certify_prints_can_be_pasted_into_a_shell(tmp_path, capsys, small_run):
+    # A hostile trial: with `--out "my cert.json"` the printed command split the path in two.
+    import shlex
+    cert = tmp_path / "my cert.json"
+    code, stdout, _ = run(["certify", small_run / "weights.npz", small_run / "data.npz", "--out", cert], capsys)
+    assert code == 0
+    command = stdout.split("check it with `")[1].split("`")[0]
+    argv = shlex.split(command)
+    assert argv[0] == "mha-construct" and argv[-1] == str(cert)
+    assert run(argv[1:], capsys)[0] == 0
+
+
+def test_a_data_file_name_that_is_not_utf8_is_written_to_the_report_as_valid_text(tmp_path, capsys, good):
+    # A hostile trial: a file named d<0xff>.npz put a lone surrogate in report.json.
+    name = os.fsdecode(b"d\xff.npz")
+    data = write(tmp_path / name, **good)
+    assert run(["build", data, "--out", tmp_path / "run", "--quiet"], capsys)[0] == 0
+    raw = (tmp_path / "run" / "report.json").read_bytes()
+    raw.decode("utf-8")                                                 # strict: no surrogates
+    source = json.loads(raw)["data"]["source"]
+    assert "\udcff" not in source and source.encode("utf-8") and "xff" in source, source
