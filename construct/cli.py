@@ -650,6 +650,19 @@ _HELP = {
 }
 
 
+def _escape_what_stdout_cannot_encode() -> None:
+    """Where stdout's encoding is not UTF-8 (``PYTHONIOENCODING=ascii``, a Latin-1 terminal), write
+    the characters it lacks (``…``, ``≥``, ``ℝ``) as backslash escapes, as stderr does, rather
+    than stop with UnicodeEncodeError after the work is done."""
+    stream = sys.stdout
+    encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+    if encoding not in ("utf8", "utf8sig") and hasattr(stream, "reconfigure"):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (ValueError, OSError, TypeError):
+            pass
+
+
 class _Stdout:
     """``sys.stdout`` while a command runs: once the reader of a pipe has gone (``| head -1``),
     the rest of the output is dropped and the command runs to its end, its files written and its
@@ -690,6 +703,7 @@ class _Stdout:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mha-construct`` console script; returns the exit code."""
+    _escape_what_stdout_cannot_encode()
     args = _parser().parse_args(argv)
     saved = sys.stdout
     sys.stdout = _Stdout(saved)

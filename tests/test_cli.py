@@ -703,3 +703,16 @@ def test_a_data_file_name_that_is_not_utf8_is_written_to_the_report_as_valid_tex
     raw.decode("utf-8")                                                 # strict: no surrogates
     source = json.loads(raw)["data"]["source"]
     assert "\udcff" not in source and source.encode("utf-8") and "xff" in source, source
+
+
+@pytest.mark.parametrize("argv", [["build", "--synthetic", "independent", "--heads", "2", "--context", "3", "--dim", "4"],
+                                  ["teach"], ["build", "--help"]])
+def test_a_terminal_that_is_not_utf8_gets_escapes_not_a_traceback(tmp_path, argv):
+    # A hostile trial: with PYTHONIOENCODING=ascii (or latin-1) `build` wrote its folder, then
+    # crashed printing "…" with UnicodeEncodeError and exit 1; so did teach and build --help.
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    argv = [*argv, "--out", str(tmp_path / "out")] if argv[0] == "build" and "--help" not in argv else argv
+    proc = subprocess.run([sys.executable, "-m", "construct", *argv], capture_output=True, env=env, cwd=tmp_path,
+                          timeout=300)
+    assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr[-500:]
+    assert proc.stdout.isascii() and (b"\\u" in proc.stdout or b"\\x" in proc.stdout), proc.stdout[-300:]
