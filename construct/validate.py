@@ -57,10 +57,10 @@ def validate(data: Dataset, H: int, d_h: int, d_v: int) -> int:
 
 def memory_estimate(data: Dataset, H: int, d_h: int, d_v: int) -> int:
     """Bytes a float64 build holds at its peak, about: ``Z`` and its copy in the final check,
-    three ``T × T`` triangular factors (old, bordered, checked), the data three times over, and
-    the weights."""
+    three ``T × T`` triangular factors (old, bordered, checked), the data three times over, the
+    weights, and every head's ``d × d`` key map (the rounding detector's second evaluation)."""
     T, n, d = data.T, data.n, data.d
-    return 8 * (2 * T * H * d + 3 * T * T + 3 * T * (n * d + d + data.d_o) + H * d * (2 * d_h + d_v))
+    return 8 * (2 * T * H * d + 3 * T * T + 3 * T * (n * d + d + data.d_o) + H * d * (2 * d_h + d_v) + H * d * d)
 
 
 def _column_scales(E) -> str:

@@ -186,7 +186,7 @@ def verify(weights: Weights, data: Dataset, tol: float = DEFAULT_TOL, *, device:
     if isinstance(ar, gpu.CuPyFloat64):
         gpu.require_device_memory(ar, gpu.device_memory_estimate(data, weights.H), what)
     else:
-        require_memory(8 * (2 * data.T * weights.H * data.d + 2 * data.T ** 2), what)
+        require_memory(8 * (2 * data.T * weights.H * data.d + 2 * data.T ** 2 + weights.H * data.d ** 2), what)
     with ar.working():                              # at the weights' own precision
         E, X = layer_inputs(weights, ar.asarray(data.E), ar.asarray(data.X), ar)   # the pre-layer, if any
         data_ar = Dataset(E, X, ar.asarray(data.Y))

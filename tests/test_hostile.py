@@ -798,3 +798,20 @@ def test_masked_arrays_are_refused_where_values_are_masked(small):
         as_dataset(E, small.X, small.Y)
     with pytest.raises(InputError, match=r"E: masked values in example\(s\) 5"):
         forward(E, small.X, build(small, 3).weights)
+
+
+def test_the_memory_estimates_count_each_heads_key_map(monkeypatch):
+    # A hostile trial: the rounding detector forms every head's d × d key map, which the estimates
+    # of build and verify left out: at d = 30,000 build died with NumPy's "Unable to allocate
+    # 6.71 GiB" instead of a refusal with the estimate (the CLI said only "out of memory").
+    import construct.limits as limits
+    data = synthetic("independent", T=3, n=2, d=6000, seed=0)            # 2 heads: 576 MB of key maps
+    monkeypatch.setattr(limits, "available_memory", lambda: 256 * 2**20)
+    with pytest.raises(InputError, match="needs about"):
+        build(data, 2)
+    monkeypatch.undo()
+    small = synthetic("independent", T=3, n=2, d=600, seed=0)
+    w = build(small, 2).weights
+    monkeypatch.setattr(limits, "available_memory", lambda: 4 * 2**20)  # the key maps alone: 5.8 MB
+    with pytest.raises(InputError, match="needs about"):
+        verify(w, small)

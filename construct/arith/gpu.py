@@ -239,11 +239,12 @@ class CuPyFloat64(Arithmetic):
 
 def device_memory_estimate(data, H: int) -> int:
     """Bytes a float64 GPU build or verify of ``data`` on ``H`` heads holds at its peak, about:
-    ``Z`` (T, H·d) once, one ``T × T`` triangular factor, the data three times over, and a
-    scratch of ``H·d`` columns by 512 rows (panels, blocks)."""
+    ``Z`` (T, H·d) once, one ``T × T`` triangular factor, the data three times over, a scratch
+    of ``H·d`` columns by 512 rows (panels, blocks), and every head's ``d × d`` key map (the
+    rounding detector's second evaluation)."""
     T, F = data.T, H * data.d
     per_example = 3 * (data.n * data.d + data.d + data.d_o)
-    return 8 * (T * F + T * T + T * per_example + 512 * F) + (1 << 27)
+    return 8 * (T * F + T * T + T * per_example + 512 * F + F * data.d) + (1 << 27)
 
 
 def require_device_memory(ar: Arithmetic, needed: int, what: str) -> None:
