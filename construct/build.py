@@ -185,7 +185,8 @@ def _with_prelayer(result: BuildResult, data: Dataset, layer: str, why: str, tol
     second layer (the same function on the same numbers); at higher precision the pre-layer's
     outputs are recomputed at the weights' bits, so the model is verified again as a whole.
     """
-    weights = replace(result.weights, prelayer=layer)
+    w = result.weights
+    weights = sealed(w.W_K, w.W_Q, w.W_V, w.W_O, w.W_D, skip=w.skip, bits=w.bits, prelayer=layer)
     verification = result.verification
     if weights.bits is not None:
         verification = replace(verify(weights, data, tol), device=result.device, device_reason=result.device_reason)

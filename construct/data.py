@@ -7,7 +7,7 @@ Shapes: contexts ``E`` (T, n, d), queries ``X`` (T, d), labels ``Y`` (T, d_o); a
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -37,7 +37,8 @@ class Dataset:
     X: np.ndarray
     Y: np.ndarray
     classes: tuple[int, ...] | None = None
-    validated: bool = field(default=False, repr=False, compare=False)
+    # Set by as_dataset alone (not an argument: dataclasses.replace makes a fresh, unchecked one).
+    validated: bool = field(default=False, init=False, repr=False, compare=False)
 
     @property
     def T(self) -> int:
@@ -141,7 +142,13 @@ def as_dataset(E, X, Y=None, *, labels=None) -> Dataset:
                         "or embed the tokens in more dimensions")
     if problems:
         raise InputError(problems, what="invalid dataset")
-    return Dataset(_frozen(E), _frozen(X), _frozen(Y), classes=classes, validated=True)
+    return _sealed(Dataset(_frozen(E), _frozen(X), _frozen(Y), classes=classes))
+
+
+def _sealed(data: Dataset) -> Dataset:
+    """``data`` marked as validated (its arrays read-only copies the engine made)."""
+    object.__setattr__(data, "validated", True)
+    return data
 
 
 def checked(data: Dataset) -> Dataset:
@@ -156,7 +163,15 @@ def checked(data: Dataset) -> Dataset:
                          what="invalid dataset")
     if data.validated and not any(a.flags.writeable for a in (data.E, data.X, data.Y)):
         return data
-    return replace(as_dataset(data.E, data.X, data.Y), classes=data.classes)
+    fresh = as_dataset(data.E, data.X, data.Y)
+    classes = data.classes
+    if classes is not None:
+        if (not isinstance(classes, (tuple, list)) or len(classes) != fresh.d_o
+                or not all(isinstance(c, (int, np.integer)) and not isinstance(c, (bool, np.bool_)) for c in classes)):
+            raise InputError(f"classes: expected None or one integer class id per column of Y ({fresh.d_o}), "
+                             f"got {classes!r}"[:300], what="invalid dataset")
+        classes = tuple(int(c) for c in classes)
+    return _sealed(Dataset(fresh.E, fresh.X, fresh.Y, classes=classes))
 
 
 def as_one_hot(labels) -> tuple[np.ndarray, tuple[int, ...]]:

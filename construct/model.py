@@ -74,7 +74,8 @@ class Weights:
     skip: bool = False
     bits: int | None = None
     prelayer: str | None = None
-    validated: bool = field(default=False, repr=False, compare=False)
+    # Set by sealed alone (not an argument: dataclasses.replace makes fresh, unchecked weights).
+    validated: bool = field(default=False, init=False, repr=False, compare=False)
 
     @property
     def H(self) -> int:
@@ -161,7 +162,9 @@ def sealed(W_K, W_Q, W_V, W_O, W_D, skip: bool, bits: int | None, prelayer: str 
     arrays = {"W_K": W_K, "W_Q": W_Q, "W_V": W_V, "W_O": W_O, "W_D": W_D}
     for a in arrays.values():
         a.flags.writeable = False
-    return Weights(**arrays, skip=bool(skip), bits=bits, prelayer=prelayer, validated=True)
+    weights = Weights(**arrays, skip=bool(skip), bits=bits, prelayer=prelayer)
+    object.__setattr__(weights, "validated", True)
+    return weights
 
 
 def checked_weights(weights: Weights) -> Weights:

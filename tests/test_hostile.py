@@ -815,3 +815,25 @@ def test_the_memory_estimates_count_each_heads_key_map(monkeypatch):
     monkeypatch.setattr(limits, "available_memory", lambda: 4 * 2**20)  # the key maps alone: 5.8 MB
     with pytest.raises(InputError, match="needs about"):
         verify(w, small)
+
+
+def test_a_replaced_field_is_validated_like_a_new_one(small):
+    # A hostile trial: dataclasses.replace kept the `validated` mark, so a replaced field skipped
+    # every check: prelayer="bogus" was verified and saved (load_weights then refused the file),
+    # a 3-D W_D went through forward, a read-only NaN Y gave "max |f - y| = inf", and classes
+    # were never checked at all.
+    import dataclasses
+    w = build(small, 3).weights
+    for bad, words in ((dataclasses.replace(w, prelayer="bogus"), "prelayer"),
+                       (dataclasses.replace(w, W_D=w.W_K), "W_D"),
+                       (dataclasses.replace(w, skip="yes"), "skip")):
+        with pytest.raises(InputError, match=words):
+            verify(bad, small)
+    nan_Y = small.Y.copy()
+    nan_Y[2, 0] = np.nan
+    nan_Y.flags.writeable = False
+    with pytest.raises(InputError, match=r"Y: non-finite values .*example\(s\) 2"):
+        verify(w, dataclasses.replace(small, Y=nan_Y))
+    with pytest.raises(InputError, match="classes"):
+        verify(w, dataclasses.replace(small, classes="abc"))
+    assert verify(dataclasses.replace(w), dataclasses.replace(small)).passed           # unchanged: fine

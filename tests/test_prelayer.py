@@ -41,7 +41,7 @@ def test_token_sequences_build_only_through_the_prelayer(sequences, pipeline):
     assert pipeline.verification.passed and pipeline.verification.rank_Z == sequences.T
     # The model's own two-layer forward pass reproduces the labels; the second layer alone does not.
     assert np.abs(forward(sequences.E, sequences.X, pipeline.weights) - sequences.Y).max() <= 1e-8
-    alone = dataclasses.replace(pipeline.weights, prelayer=None, validated=False)
+    alone = dataclasses.replace(pipeline.weights, prelayer=None)
     assert verify(pipeline.weights, sequences).passed
     assert not verify(alone, sequences).passed
 
@@ -141,7 +141,7 @@ def test_certify_proves_the_two_layer_model(pipeline, sequences):
     assert certify(r.weights, small, method="interval").passed
     # The same weights without their pre-layer are another model: the certificate is not theirs, and
     # what certify proves about them is not memorization.
-    alone = dataclasses.replace(r.weights, prelayer=None, validated=False)
+    alone = dataclasses.replace(r.weights, prelayer=None)
     assert check_certificate(certify(r.weights, small, method="interval").claims, alone, small) != []
     assert not certify(alone, small, method="interval").passed
 
