@@ -172,8 +172,13 @@ def remedies(X: np.ndarray, k: int, shifted: bool = False) -> list[str]:
                          "(a positional encoding, say) can")
         else:
             r = numerical_rank(X.T)[0]
-            lines.append(f"what would build: if the shifted queries' Kruskal rank r is below {k} (their rank, {r}, "
-                         "bounds it), a head dimension d_h = r (Remark 1: --head-dim r) builds H(r − 1) + 1 examples")
+            if r >= 2:
+                lines.append(f"what would build: if the shifted queries' Kruskal rank r is below {k} (their rank, "
+                             f"{r}, bounds it), a head dimension d_h = r (Remark 1: --head-dim r) builds "
+                             "H(r − 1) + 1 examples")
+            else:                                       # d_h = 1 builds H·0 + 1 = 1 example
+                lines.append(f"the shifted queries span at most a line (rank {r}): no head dimension helps; another "
+                             "encoding of the tokens (a positional encoding, say) can")
         return lines
     if repeated:
         t = int(np.flatnonzero((X == X[first[np.argmax(counts)]]).all(axis=1))[0])
@@ -185,8 +190,12 @@ def remedies(X: np.ndarray, k: int, shifted: bool = False) -> list[str]:
                      "which `assumptions` reports): build with --prelayer mean-shift (or auto)")
     else:
         r = numerical_rank(X.T)[0]
-        lines.append(f"what would build: if the queries' Kruskal rank r is below {k} (rank X = {r} bounds it), "
-                     "a head dimension d_h = r (Remark 1: --head-dim r) builds H(r − 1) + 1 examples; "
-                     "or shift the queries by their contexts' means: --prelayer mean-shift (Proposition 4, "
-                     "when A3 holds in `assumptions`)")
+        shift = ("shift the queries by their contexts' means: --prelayer mean-shift (Proposition 4, when A3 holds "
+                 "in `assumptions`)")
+        if r >= 2:
+            lines.append(f"what would build: if the queries' Kruskal rank r is below {k} (rank X = {r} bounds it), "
+                         f"a head dimension d_h = r (Remark 1: --head-dim r) builds H(r − 1) + 1 examples; or {shift}")
+        else:                                           # d_h = 1 builds H·0 + 1 = 1 example
+            lines.append(f"what would build: the queries span at most a line (rank X = {r}), so no head dimension "
+                         f"helps; {shift}")
     return lines

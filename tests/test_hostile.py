@@ -837,3 +837,19 @@ def test_a_replaced_field_is_validated_like_a_new_one(small):
     with pytest.raises(InputError, match="classes"):
         verify(w, dataclasses.replace(small, classes="abc"))
     assert verify(dataclasses.replace(w), dataclasses.replace(small)).passed           # unchanged: fine
+
+
+def test_the_a1_advice_does_not_offer_a_head_dim_that_cannot_build(small):
+    # A hostile trial: with X[1] = 2 X[0] (rank X = 1) the advice was "--head-dim r" with r = 1,
+    # and --head-dim 1 then failed ("no number of heads suffices with k = 1").
+    X = small.X[:2].copy()
+    X[1] = 2 * X[0]
+    data = as_dataset(small.E[:2], X, small.Y[:2])
+    with pytest.raises(InputError) as exc:
+        build(data, 3)
+    message = str(exc.value)
+    assert "--head-dim" not in message and "--prelayer mean-shift" in message, message
+    X3 = small.X.copy()
+    X3[:, 2:] = 0                                                        # rank X = 2: d_h = 2 builds H + 1
+    with pytest.raises(InputError, match=r"--head-dim r\)"):
+        build(as_dataset(small.E, X3, small.Y), 3)
