@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import shlex
 import stat
 import sys
@@ -340,6 +341,10 @@ def _cmd_teach(args) -> int:
     # The page and its figures as one set: none is written unless all can be.
     write_atomic_many([*((out / f, svg.encode()) for f, svg in zip(figures, walk.figures)),
                        (out / name, payload.encode())])
+    if args.format == "markdown":                         # an earlier, longer page's figures: unlinked now
+        for old in out.glob("teach-figure-*.svg"):
+            if old.name not in figures and re.fullmatch(r"teach-figure-[1-9][0-9]*\.svg", old.name):
+                old.unlink(missing_ok=True)
     shown = {"html": f"{len(walk.figures)} figures inline",
              "markdown": f"{len(figures)} figures linked",
              "text": "no figures: see --format html, or --format markdown with --out"}[args.format]
@@ -597,7 +602,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="plain (styled on a terminal unless NO_COLOR is set) text, Markdown, or one "
                         "self-contained HTML page")
     t.add_argument("--out", type=_path, help="write teach.txt / teach.md / teach.html into this folder (markdown: "
-                   "with its figures as teach-figure-N.svg beside it; without --out it has no figures)")
+                   "with its figures as teach-figure-N.svg beside it, removing those of an earlier, longer page; "
+                   "without --out it has no figures)")
     t.set_defaults(run=_cmd_teach)
 
     a = sub.add_parser("assumptions", help="report A1, A2, A3 and general position for a dataset")

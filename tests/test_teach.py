@@ -490,3 +490,16 @@ def test_an_attention_figure_of_many_examples_shows_a_readable_few(tmp_path):
     assert "examples not shown" in svg
     small = attention_figure(S[:20], 3, range(10, 15), np.arange(20) < 10, rng.integers(0, n, 20))
     assert "not shown" not in small and {str(t) for t in range(20)} <= set(re.findall(r">(\d+)</text>", small))
+
+
+def test_a_shorter_markdown_page_leaves_no_figures_of_the_longer_one(tmp_path, capsys):
+    # A hostile trial: `teach --format markdown --out L`, then the same with --heads 2, left the
+    # first page's later teach-figure-N.svg beside a teach.md that no longer links them.
+    assert main(["teach", "--format", "markdown", "--out", str(tmp_path)]) == 0
+    before = sorted(p.name for p in tmp_path.glob("teach-figure-*.svg"))
+    (tmp_path / "notes.svg").write_text("mine")
+    assert main(["teach", "--format", "markdown", "--heads", "2", "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    after = sorted(p.name for p in tmp_path.glob("teach-figure-*.svg"))
+    linked = set(re.findall(r"teach-figure-\d+\.svg", (tmp_path / "teach.md").read_text()))
+    assert len(after) < len(before) and set(after) == linked and (tmp_path / "notes.svg").exists()
