@@ -20,7 +20,7 @@ import numpy as np
 
 from .data import Dataset, checked
 from .errors import InputError, numpy_error_defaults
-from .limits import integer, require_memory
+from .limits import as_float64, integer, real_array, require_memory
 from .enclose import gamma
 from .arith import EPS, FLOAT64, numerical_rank
 
@@ -34,9 +34,17 @@ def kruskal_rank(V: np.ndarray, budget: int = EXACT_BUDGET) -> int | None:
 
     Every subset's rank is decided with :func:`construct.arith.rank_tol`.
     """
-    if np.ndim(V) != 2:
-        raise InputError(f"V: expected the vectors as rows of a matrix (m, d), got shape {np.shape(V)}",
-                         what="invalid arrays")
+    problems: list[str] = []
+    V = real_array("V", V, problems)
+    if V is not None and V.ndim != 2:
+        problems.append(f"V: expected the vectors as rows of a matrix (m, d), got shape {V.shape}")
+    elif V is not None:
+        V = as_float64("V", V, problems)
+        if V is not None and not np.isfinite(V).all():
+            problems.append("V: non-finite values (NaN or inf)")
+    if problems:
+        raise InputError(problems, what="invalid arrays")
+    budget = integer(budget, "budget", 0)
     m = V.shape[0]
     top = min(m, V.shape[1])
     checked = 0

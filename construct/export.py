@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +45,10 @@ def export_bytes(weights: Weights, fmt: str, dtype: str = "float64", report_sha2
         raise InputError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}", what="invalid option")
     if dtype not in DTYPES:
         raise InputError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}", what="invalid option")
+    if report_sha256 is not None and not (isinstance(report_sha256, str)
+                                          and re.fullmatch(r"[0-9a-f]{64}", report_sha256)):
+        raise InputError(f"report_sha256 must be None or 64 lowercase hex digits, got {report_sha256!r}"[:200],
+                         what="invalid option")
     w = checked_weights(weights)
     with np.errstate(over="ignore"):                # beyond float32's range: refused below, by name
         arrays = {name: np.ascontiguousarray(w.arrays()[name], dtype=dtype) for name in _NAMES}
@@ -189,6 +194,8 @@ def evaluate(path: str | os.PathLike, fmt: str, E: np.ndarray, X: np.ndarray) ->
     """The exported file's outputs on ``(E, X)`` at the file's dtype (returned as float64): ONNX
     by onnxruntime, the torch state dict by PyTorch, safetensors read by its NumPy loader and run
     by this package's forward pass (the format holds arrays, no computation)."""
+    if fmt not in FORMATS:
+        raise InputError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}", what="invalid option")
     path = Path(path)
     if fmt == "onnx":
         import onnxruntime as ort

@@ -46,7 +46,9 @@ def heads_needed(T: int, k: int) -> int | None:
 
 
 def param_count(H: int, d: int, d_h: int, d_v: int, d_o: int) -> int:
-    """Number of parameters: ``H·d·(2·d_h + d_v) + H·d_v·d + d·d_o``."""
+    """Number of parameters: ``H·d·(2·d_h + d_v) + H·d_v·d + d·d_o`` (each size an integer ≥ 1)."""
+    H, d, d_h, d_v, d_o = (integer(v, name) for v, name in ((H, "H"), (d, "d"), (d_h, "d_h"), (d_v, "d_v"),
+                                                             (d_o, "d_o")))
     return H * d * (2 * d_h + d_v) + H * d_v * d + d * d_o
 
 
@@ -360,7 +362,7 @@ def feature_matrix(E, X, weights: Weights, ar: Arithmetic | None = None, *, laye
     ``ar``: the arithmetic to evaluate in; by default the weights' own (float64, or mpmath at
     ``weights.bits``), and then ``E`` and ``X`` must be in it too.
     """
-    _check_inputs(E, X, weights)
+    E, X = _public_inputs(E, X, weights, ar)
     if weights.prelayer is not None and layered is None:
         raise InputError(f"these weights have a pre-layer ({weights.prelayer}): pass layered=False to apply it "
                          "to E and X first (as forward does), or layered=True where E and X are its outputs "
@@ -410,11 +412,7 @@ def forward(E, X, weights: Weights, ar: Arithmetic | None = None):
         raise InputError(f"{' and '.join(misplaced)}: got the weights; the call is forward(E, X, weights)",
                          what="invalid arguments")
     high = isinstance(weights, Weights) and weights.bits is not None
-    if ar is None and high and any(getattr(a, "dtype", None) == object for a in (E, X)):
-        E, X = _mp_inputs(E, X)               # high-precision weights also take mpmath numbers
-    elif ar is None:
-        E, X = _real_inputs(E, X)
-    _check_inputs(E, X, weights)
+    E, X = _public_inputs(E, X, weights, ar)
     if ar is not None:
         return forward_unchecked(E, X, weights, ar)
     if E.shape[0] == 0:
@@ -438,6 +436,22 @@ def forward_unchecked(E, X, weights: Weights, ar: Arithmetic | None = None):
     ar = for_bits(weights.bits) if ar is None else ar
     E, X = layer_inputs(weights, E, X, ar)
     return output_from_features(feature_matrix(E, X, weights, ar, layered=True), X, weights, ar)
+
+
+def _public_inputs(E, X, weights: Weights, ar: Arithmetic | None):
+    """``E`` and ``X`` checked for :func:`forward` and :func:`feature_matrix`: with ``ar`` None
+    (the weights' own arithmetic), finite real numbers (:func:`_real_inputs`; with high-precision
+    weights also mpmath numbers); with ``ar`` given, the caller's arrays in it, as they are."""
+    if ar is not None and not isinstance(ar, Arithmetic):
+        raise InputError(f"ar: expected an arithmetic (construct.arith: FLOAT64, Mpmath(bits), …) or None, "
+                         f"got {type(ar).__name__}", what="invalid arguments")
+    high = isinstance(weights, Weights) and weights.bits is not None
+    if ar is None and high and any(getattr(a, "dtype", None) == object for a in (E, X)):
+        E, X = _mp_inputs(E, X)               # high-precision weights also take mpmath numbers
+    elif ar is None:
+        E, X = _real_inputs(E, X)
+    _check_inputs(E, X, weights)
+    return E, X
 
 
 def _mp_inputs(E, X) -> tuple[np.ndarray, np.ndarray]:

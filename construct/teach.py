@@ -34,7 +34,7 @@ from .assumptions import a2_violations, kruskal_check, kruskal_rank
 from .build import BuildResult, build, capacity
 from .data import Dataset, as_dataset, synthetic
 from .errors import InputError, numpy_error_defaults
-from .limits import integer
+from .limits import flag, integer
 from .arith import numerical_rank
 from .arith.threads import blas_limit
 from .model import feature_matrix, head_attention, mean_shift, param_count
@@ -937,6 +937,7 @@ def teach(heads: int = 3, context: int = 3, dim: int = 4, *, seed: int = 0, shar
             :data:`MAX_HEADS` heads or :data:`MAX_EXAMPLES` examples.
     """
     heads, context, dim = integer(heads, "heads"), integer(context, "context"), integer(dim, "dim")
+    shared, rational, prelayer = flag(shared, "shared"), flag(rational, "rational"), flag(prelayer, "prelayer")
     if heads > MAX_HEADS or capacity(heads, context, context) > MAX_EXAMPLES:
         raise InputError(f"teach walks through every head of a small problem: at most {MAX_HEADS} heads and "
                          f"{MAX_EXAMPLES} examples (here H = {heads}, T = {capacity(heads, context, context)}); "

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
-from construct import (Dataset, InputError, as_dataset, as_weights, build, forward, load_dataset, load_weights,
-                       synthetic, verify)
+from construct import (Dataset, InputError, as_dataset, as_weights, build, feature_matrix, forward, load_dataset,
+                       load_weights, synthetic, verify)
 from construct.certify import certify
 from construct.cli import main
 from construct.io import npz_bytes
@@ -853,3 +853,41 @@ def test_the_a1_advice_does_not_offer_a_head_dim_that_cannot_build(small):
     X3[:, 2:] = 0                                                        # rank X = 2: d_h = 2 builds H + 1
     with pytest.raises(InputError, match=r"--head-dim r\)"):
         build(as_dataset(small.E, X3, small.Y), 3)
+
+
+def test_public_functions_refuse_what_they_cannot_take_by_name(small, tmp_path):
+    # A hostile trial: feature_matrix truncated complex inputs (ComplexWarning), passed NaN through
+    # and failed deep inside on objects; ar="float64" gave AttributeError there and in forward;
+    # param_count(-1, …) returned -18; teach(shared="no") was taken as True; kruskal_rank of a list
+    # raised AttributeError and of inf returned 0; export.evaluate with an unknown format fell
+    # through to torch.load; export_bytes(report_sha256=123) failed inside safetensors.
+    from construct import kruskal_rank, param_count, teach
+    from construct.export import evaluate, export_bytes
+    w = build(small, 3).weights
+    with pytest.raises(InputError, match="E: dtype complex128"):
+        feature_matrix(small.E.astype(complex), small.X, w)
+    nan_X = small.X.copy()
+    nan_X[4, 0] = np.nan
+    with pytest.raises(InputError, match=r"X: non-finite values .*example\(s\) 4"):
+        feature_matrix(small.E, nan_X, w)
+    with pytest.raises(InputError, match="E: object array"):
+        feature_matrix(small.E.astype(object), small.X, w)
+    for call in (lambda: feature_matrix(small.E, small.X, w, "float64"), lambda: forward(small.E, small.X, w, "float64")):
+        with pytest.raises(InputError, match="ar: expected an arithmetic"):
+            call()
+    for args in ((-1, 2, 3, 4, 5), (1.5, 2, 3, 4, 5), (1, 2, 3, 4, True)):
+        with pytest.raises(InputError):
+            param_count(*args)
+    assert param_count(1, 2, 3, 4, 5) == 1 * 2 * (2 * 3 + 4) + 1 * 4 * 2 + 2 * 5
+    for option in ("shared", "rational", "prelayer"):
+        with pytest.raises(InputError, match=f"{option} must be True or False"):
+            teach(**{option: "no"})
+    with pytest.raises(InputError, match="V: non-finite"):
+        kruskal_rank(np.array([[1.0, np.inf], [0.0, 1.0]]))
+    assert kruskal_rank([[1.0, 0.0], [0.0, 1.0]]) == 2
+    with pytest.raises(InputError, match="budget"):
+        kruskal_rank(np.eye(2), budget=None)
+    with pytest.raises(InputError, match="format"):
+        evaluate(tmp_path / "w.bin", "bogus", small.E, small.X)
+    with pytest.raises(InputError, match="report_sha256"):
+        export_bytes(w, "safetensors", report_sha256=123)
