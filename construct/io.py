@@ -96,6 +96,34 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _name_max(path: Path) -> int:
+    """The most bytes a name may have where ``path`` goes: its nearest existing folder's
+    ``PC_NAME_MAX`` (255 on most file systems, and where the system does not say)."""
+    for parent in path.parents:
+        try:
+            return os.pathconf(parent, "PC_NAME_MAX")
+        except (OSError, ValueError):
+            continue
+    return 255
+
+
+def check_names_fit(path: str | os.PathLike, label: str) -> None:
+    """Refuse an output path with a name longer than the file system allows (the OS would say
+    only "[Errno 36] File name too long").
+
+    Raises:
+        InputError: naming ``label``, the name's length and the limit.
+    """
+    path = Path(path)
+    limit = _name_max(path)
+    for part in path.parts:
+        size = len(os.fsencode(part))
+        if size > limit:
+            shown = f"{part[:24]}…{part[-8:]}" if len(part) > 40 else part
+            raise InputError(f"{label}: the name {shown!r} is {size} bytes; a name may have at most {limit} bytes "
+                             "here", what="invalid output")
+
+
 def check_file_target(path: str | os.PathLike, label: str) -> None:
     """Refuse, before any work, a file output that could not be written: ``path`` is a folder,
     the nearest part of it that exists is not a folder (a file where a folder must be), or no
@@ -106,6 +134,7 @@ def check_file_target(path: str | os.PathLike, label: str) -> None:
         InputError: naming ``label`` (the option) and the path.
     """
     path = Path(path)
+    check_names_fit(path, label)
     if path.is_dir():
         raise InputError(f"{label} {str(path)!r} is a folder: name a file", what="invalid output")
     _regular_or_absent(path, label)
@@ -321,6 +350,7 @@ class OutputFolder:
 
     def __enter__(self) -> OutputFolder:
         folder, parent = self.folder, self.folder.parent
+        check_names_fit(folder, "output folder")
         if folder.exists() and not folder.is_dir():
             raise InputError(f"{str(folder)!r} exists and is not a folder", what="invalid output folder")
         if folder.is_dir() and not folder.stat().st_mode & stat.S_IWUSR:

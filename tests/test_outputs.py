@@ -646,3 +646,20 @@ def test_a_users_folder_beside_the_output_is_never_taken_for_a_leftover(tmp_path
     consistent_build(parent / "res")
     assert consistent_build(parent / ".res.mha-construct-backup") == kept
     assert (theirs / "notes.txt").read_text() == "mine" and live.is_dir()
+
+
+def test_a_name_longer_than_the_file_system_allows_is_refused_by_name(tmp_path, capsys):
+    # A hostile trial: names over 255 bytes gave a bare "error: [Errno 36] File name too long: …"
+    # (build --out, export --out, teach --out, capacity --csv), or blamed the folder ("no file can
+    # be made in '.'") for certify --out.
+    parent = real(tmp_path)
+    too_long = "a" * (os.pathconf(parent, "PC_NAME_MAX") + 1)
+    for argv in (["build", "--out", parent / too_long, *SMALL],
+                 ["build", "--out", parent / too_long / "run", *SMALL],
+                 ["capacity", "--vary", "H", "--values", "1", "--context", "3", "--dim", "4",
+                  "--csv", parent / f"{too_long}.csv"],
+                 ["teach", "--out", parent / too_long]):
+        code = main([str(a) for a in argv])
+        err = capsys.readouterr().err
+        assert code == 2 and "bytes" in err and "Errno" not in err and "at most" in err, err
+    only(parent)
