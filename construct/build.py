@@ -32,7 +32,7 @@ from .precision import Precision
 from .readout import min_norm_solve, readout_target, readout_weights
 from .saturation import SCALES
 from .unit_scale import build_scaled, scaling_exponents
-from .validate import memory_estimate, validate
+from .validate import a2_problem, memory_estimate, validate
 from .verify import DEFAULT_TOL, check, verify
 from .workspace import Workspace
 
@@ -106,7 +106,13 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
     if prelayer not in PRELAYER_OPTIONS:
         raise InputError(f"prelayer must be one of {', '.join(PRELAYER_OPTIONS)}, got {prelayer!r}",
                          what="invalid option")
-    refuse_identical_inputs(data.E, data.X, data.Y)            # before any layer: none separates them
+    try:
+        refuse_identical_inputs(data.E, data.X, data.Y)        # before any layer: none separates them
+    except InputError as same:                                  # with A2's failures, if any: one error
+        a2 = a2_problem(data)
+        if a2 is None:
+            raise
+        raise InputError([*same.problems, a2], what=f"{same.what}; and A2 fails", counted=False) from None
     layer, layer_why = _prelayer(data, prelayer, min(data.n, d_h))
     original = data
     exact_inputs = None

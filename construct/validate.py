@@ -31,15 +31,9 @@ def validate(data: Dataset, H: int, d_h: int, d_v: int) -> int:
         problems.append(f"Y: d_o = {d_o} output columns need value dim d_v ≥ {d_o}, got d_v = {d_v}")
     if d_o > d:
         problems.append(f"Y: d_o = {d_o} output columns exceed the token dimension d = {d}")
-    if n <= d:
-        bad = a2_violations(data.E)
-        if bad.size:
-            shown = index_list(bad)
-            problems.append(f"E: context of example(s) {shown} is not of full row rank to float64's precision "
-                            f"(A2 needs rank E^(t) = n = {n}: distinct, linearly independent tokens); what would "
-                            "build: remove or perturb the repeated (or dependent) tokens, or add a positional "
-                            "encoding to the tokens, which tells a token at two positions apart"
-                            + _column_scales(data.E))
+    a2 = a2_problem(data)
+    if a2:
+        problems.append(a2)
     cap = capacity(H, n, d_h)
     if T > cap:
         need = heads_needed(T, k)
@@ -61,6 +55,21 @@ def memory_estimate(data: Dataset, H: int, d_h: int, d_v: int) -> int:
     weights, and every head's ``d × d`` key map (the rounding detector's second evaluation)."""
     T, n, d = data.T, data.n, data.d
     return 8 * (2 * T * H * d + 3 * T * T + 3 * T * (n * d + d + data.d_o) + H * d * (2 * d_h + d_v) + H * d * d)
+
+
+def a2_problem(data: Dataset) -> str | None:
+    """The line that names the contexts failing A2 (full row rank), or None (also where ``n > d``:
+    that has a line of its own)."""
+    n = data.n
+    if n > data.d:
+        return None
+    bad = a2_violations(data.E)
+    if not bad.size:
+        return None
+    return (f"E: context of example(s) {index_list(bad)} is not of full row rank to float64's precision "
+            f"(A2 needs rank E^(t) = n = {n}: distinct, linearly independent tokens); what would "
+            "build: remove or perturb the repeated (or dependent) tokens, or add a positional "
+            "encoding to the tokens, which tells a token at two positions apart" + _column_scales(data.E))
 
 
 def _column_scales(E) -> str:

@@ -891,3 +891,17 @@ def test_public_functions_refuse_what_they_cannot_take_by_name(small, tmp_path):
         evaluate(tmp_path / "w.bin", "bogus", small.E, small.X)
     with pytest.raises(InputError, match="report_sha256"):
         export_bytes(w, "safetensors", report_sha256=123)
+
+
+def test_identical_examples_and_rank_deficient_contexts_are_reported_in_one_error():
+    # A new user's trial: a file with a repeated example and two contexts with a repeated token
+    # reported only the repetition; A2 came after it was fixed (docs: "all problems in one error").
+    data = synthetic("independent", T=10, n=3, d=5, seed=0)
+    E, X, Y = data.E.copy(), data.X.copy(), data.Y.copy()
+    E[5], X[5], Y[5] = E[2], X[2], Y[2] + 1                              # the same inputs, another label
+    E[3, 1] = E[3, 0]
+    E[7, 2] = E[7, 0]
+    with pytest.raises(InputError) as exc:
+        build(as_dataset(E, X, Y), 5)
+    message = str(exc.value)
+    assert "examples 2 and 5" in message and "example(s) 3, 7" in message and "A2" in message, message
