@@ -2,8 +2,9 @@
 
 Follows the constructive proof of Theorem 1 of *Memorization Capacity of Multi-Head Attention in
 Transformers* (Mahdavi, Liao, Thrampoulidis, ICLR 2024): ``H`` heads with context size ``n``
-memorize ``H(n − 1) + 1`` examples. ``build`` runs the construction and proves the result with
-the model's own forward pass; ``verify`` re-checks weights against data.
+memorize ``H(n − 1) + 1`` examples (with ``d_h ≥ n``). ``build`` runs the construction and checks
+the result with the model's own forward pass; ``verify`` re-checks weights against data, and
+``construct.certify`` proves the exact model's rank and error.
 """
 
 from ._version import __version__

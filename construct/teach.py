@@ -1004,7 +1004,8 @@ def _assumptions_step(data: Dataset, result: BuildResult, exact) -> Step:
               f"$n$ = {data.n} queries, {c.sampled_fraction:.1%} are independent — "
               + ("holds, by sampling." if c.holds else "fails."))
     lines = [f"$T$ = {data.T} example{'s' if data.T != 1 else ''}, context size $n$ = {data.n}, token dimension $d$ = {data.d}, "
-             f"$H$ = {result.weights.H} heads, $k = min(n, d_h)$ = {result.k}: capacity $H(k − 1) + 1$ = "
+             f"$H$ = {result.weights.H} head{'s' if result.weights.H != 1 else ''}, $k = min(n, d_h)$ = {result.k}: "
+             f"capacity $H(k − 1) + 1$ = "
              f"{result.capacity}.",
              a1,
              "A2: every context $E^(t)$ has full row rank $n$." if bad.size == 0 else
@@ -1054,7 +1055,8 @@ def _head1_step(data: Dataset, result: BuildResult, Z: np.ndarray, figure: str, 
              "Logits $ℓ^(t) = log s^(t)$; $u^(t) = (E^(t))^+ ℓ^(t)$; $W_1 = U (X_S^T X_S)^-1 X_S^T$ with "
              "$U = [u^(t)]_{t ∈ G_1}$, so that $E^(t) W_1 x^(t) = ℓ^(t)$ and the softmax gives back $s^(t)$.",
              f"Head 1 reproduces the targets to {result.heads[0].target_error:.2g}; its rows of $Z$ have rank "
-             f"{numerical_rank(rows)[0]} = $|G_1|$ = {m}."]
+             + (f"{m}, the size of $G_1$." if numerical_rank(rows)[0] == m else
+                f"{numerical_rank(rows)[0]}, below the size of $G_1$, {m}.")]
     matrices = {"$s$ (targets, one row per example)": tr.targets, "$ℓ = log s$": np.log(tr.targets),
                 "$W_1 = W_K[1] W_Q[1]^T$": W.W_K[0][:, :m] @ W.W_Q[0][:, :m].T,
                 "rows of $Z$ for $G_1$ (head 1 block)": rows}
