@@ -42,7 +42,7 @@ __all__ = ["BuildResult", "HeadEvidence", "HeadTrace", "SCALES", "build", "capac
 
 
 @numpy_error_defaults
-def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: int | None = None,
+def build(data: Dataset, heads: int | None = None, *, head_dim: int | None = None, value_dim: int | None = None,
           skip: bool = False, seed: int = 0, tol: float = DEFAULT_TOL, scale: str = "rank",
           precision: str | Precision = "auto", progress: Progress | None = None,
           trace: bool = False, device: str = "cpu", prelayer: str = "none") -> BuildResult:
@@ -50,7 +50,8 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
 
     Args:
         data: the dataset (T, n, d) / (T, d) / (T, d_o).
-        heads: number of heads H.
+        heads: number of heads H; None (default): the fewest with ``H(k − 1) + 1 ≥ T``
+            (:func:`heads_needed`), as the command line takes without ``--heads``.
         head_dim: key/query dimension d_h (default n, the smallest reaching full capacity).
         value_dim: value dimension d_v (default d_o, the smallest allowed).
         skip: build the skip-connection variant (App. C).
@@ -90,8 +91,9 @@ def build(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: 
         ConstructionError: a numerical step failed, or the final verification did not pass.
     """
     data = checked(data)
-    H = integer(heads, "heads")
     d_h = data.n if head_dim is None else integer(head_dim, "head_dim")
+    # No number suffices at k = 1: one head, so that validation says so (and what to raise).
+    H = (heads_needed(data.T, min(data.n, d_h)) or 1) if heads is None else integer(heads, "heads")
     d_v = data.d_o if value_dim is None else integer(value_dim, "value_dim")
     seed = integer(seed, "seed", 0)
     tol = tolerance(tol)

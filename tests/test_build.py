@@ -205,3 +205,13 @@ def test_the_mpmath_budget_counts_a_wide_key_dimension():
     data = synthetic("independent", T=13, n=4, d=7, seed=0)
     assert mp_cost(data, 4) <= MP_BUDGET < mp_cost(data, 4, d_h=10_000)
     assert mp_cost(data, 4, d_h=10_000) == mp_cost(data, 4) * 10_000 // 7
+
+
+def test_build_without_heads_takes_the_fewest_that_suffice():
+    # A new user's trial: build(data) raised "missing 1 required positional argument: 'heads'",
+    # though the command line takes the fewest heads that suffice when --heads is not given.
+    from construct import heads_needed
+    data = synthetic("independent", T=13, n=4, d=6, seed=0)
+    assert build(data).weights.H == heads_needed(13, 4) == 4
+    assert build(data, head_dim=3).weights.H == heads_needed(13, 3) == 6
+    assert build(data, 5).weights.H == 5
