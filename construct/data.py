@@ -208,7 +208,8 @@ def load_dataset(path: str | os.PathLike) -> Dataset:
     """
     arrays = load_npz(path, what="dataset", allowed=lambda k: k in ("E", "X", "Y", "labels"),
                       other=("it looks like weights, not a dataset",
-                             lambda k: k.startswith("W_") or k in ("skip", "bits", "prelayer", "prelayer_version")))
+                             lambda k: k.startswith("W_") or k in ("skip", "bits", "prelayer", "prelayer_version")),
+                      holds="a dataset holds E, X, and Y or labels")
     problems = [f"array {k!r} is missing from {str(path)!r}" for k in ("E", "X") if k not in arrays]
     if "Y" not in arrays and "labels" not in arrays:
         problems.append(f"array 'Y' is missing from {str(path)!r} (a classification dataset may hold integer 'labels' instead)")

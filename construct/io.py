@@ -486,8 +486,8 @@ def sha256(payload: bytes) -> str:
     return hashlib.sha256(payload).hexdigest()
 
 
-def load_npz(path: str | os.PathLike, *, what: str, allowed, other: tuple[str, Callable] | None = None
-             ) -> dict[str, np.ndarray]:
+def load_npz(path: str | os.PathLike, *, what: str, allowed, other: tuple[str, Callable] | None = None,
+             holds: str = "") -> dict[str, np.ndarray]:
     """Read the arrays of an ``.npz`` (never unpickles), sizing them before inflating anything.
 
     Args:
@@ -498,6 +498,7 @@ def load_npz(path: str | os.PathLike, *, what: str, allowed, other: tuple[str, C
         other: the other kind of file a user may give in its place, as ``(sentence, predicate)``:
             when every member's name meets the predicate, the message says the sentence and asks
             whether the files were given the other way round.
+        holds: the arrays such a file holds, for the message on an unexpected one.
 
     Every member's ``.npy`` header is read first: an object dtype (it would need pickle), a
     declared size that differs from the header's shape, arrays that together exceed the memory
@@ -526,7 +527,8 @@ def load_npz(path: str | os.PathLike, *, what: str, allowed, other: tuple[str, C
         for info in infos:
             key = info.filename[:-4] if info.filename.endswith(".npy") else None
             if key is None or not allowed(key):
-                problems.append(f"unexpected member {info.filename!r} in {str(path)!r}")
+                problems.append(f"unexpected member {info.filename!r} in {str(path)!r}"
+                                + (f" ({holds})" if holds else ""))
         if len({i.filename for i in infos}) < len(infos):
             problems.append(f"{str(path)!r} holds the same array name twice")
         names = [i.filename[:-4] for i in infos if i.filename.endswith(".npy")]

@@ -247,7 +247,9 @@ def load_weights(path: str | os.PathLike) -> Weights:
     extra = {"bits", "prelayer", "prelayer_version", *(f"{m}_decimal" for m in _MATRICES)}
     arrays = load_npz(path, what="weights", allowed=lambda k: k in names or k in extra,
                       other=("it looks like a dataset (E, X, Y), not weights",
-                             lambda k: k in ("E", "X", "Y", "labels")))
+                             lambda k: k in ("E", "X", "Y", "labels")),
+                      holds="a weights file holds W_K, W_Q, W_V, W_O, W_D, skip, and where they apply bits, "
+                            "prelayer, prelayer_version and the W_*_decimal arrays")
     missing = [k for k in names if k not in arrays]
     if missing:
         raise InputError([f"array {k!r} is missing from {str(path)!r}" for k in missing], what="invalid weights")

@@ -98,3 +98,16 @@ def test_weights_arrays_are_fresh_copies():
     before = a["W_D"].copy()
     a["W_D"] *= 2.0
     assert np.array_equal(w.arrays()["W_D"], before) and np.array_equal(np.asarray(w.W_D), before)
+
+
+def test_an_unexpected_array_name_is_answered_with_the_names_expected(tmp_path):
+    # A new user's trial: "unexpected member 'x.npy' in 'lower.npz'" did not say what a dataset
+    # file holds; a lower-case x is a likely slip for X.
+    from construct import InputError, load_dataset, load_weights
+    from construct.io import npz_bytes
+    path = tmp_path / "lower.npz"
+    path.write_bytes(npz_bytes({"E": np.zeros((2, 2, 3)), "x": np.zeros((2, 3)), "Y": np.zeros((2, 1))}))
+    with pytest.raises(InputError, match=r"unexpected member 'x.npy'.*a dataset holds E, X, and Y or labels"):
+        load_dataset(path)
+    with pytest.raises(InputError, match=r"a weights file holds W_K, W_Q, W_V, W_O, W_D, skip"):
+        load_weights(path)
