@@ -213,7 +213,8 @@ class Check:
     def __str__(self) -> str:
         verdict = ("confirmed" if self.confirmed else "CONTRADICTED" if self.contradicted
                    else "undecided (no conclusion from these numbers)" if self.applies
-                   else "does not apply: " + "; ".join(self.failed))
+                   else f"does not apply: hypothes{'is' if len(self.failed) == 1 else 'es'} "
+                        + ", ".join(f"“{h}”" for h in self.failed) + (" fails" if len(self.failed) == 1 else " fail"))
         lines = [f"{self.statement}: {verdict}"]
         for name, value in self.quantities.items():             # the scalars; arrays stay in .quantities
             if isinstance(value, (float, np.floating)):

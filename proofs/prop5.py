@@ -31,6 +31,7 @@ def check(data: Dataset, weights: Weights) -> Check:
     bound = H * (d - 1) + 1
     Z, rank_Z, _ = features_rank(data, weights)
     block_sums = Z.reshape(data.T, H, d).sum(axis=2)
-    q = {"rank_Z": rank_Z, "bound": bound, "constant": const,
-         "null_residual": float(np.abs(block_sums - const).max()), "T": data.T, "H": H, "d": d}
+    q = {"rank_Z": rank_Z, "bound": bound, "T": data.T, "H": H, "d": d}
+    if same:                                  # (else there is no one constant to name)
+        q.update(constant=const, null_residual=float(np.abs(block_sums - const).max()))
     return Check(STATEMENT, {"token coordinates sum to one constant": same}, rank_Z <= bound, q)

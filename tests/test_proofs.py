@@ -598,3 +598,16 @@ def test_scalars_of_any_real_kind_are_accepted_and_lemma5_validates_its_arrays()
     assert proofs.lemma5.check([[1.0, 0.0]], [[1.0], [0.0]]).failed == ["same shape"]
     with pytest.raises(InputError, match="A: not an array of real numbers"):
         proofs.lemma1.check([[10 ** 400]], [[1]], [[1]])
+
+
+def test_a_check_that_does_not_apply_names_the_hypothesis_that_fails():
+    # A new user's trial: "does not apply: alpha ≠ −1" read as if alpha were not −1, and
+    # Proposition 5 printed "constant = 3.19" for tokens whose sums are not one constant.
+    import proofs
+    from construct import build, synthetic
+    assert str(proofs.lemma2.check(np.eye(3), alpha=-1.0)).splitlines()[0] == \
+        "Lemma 2: does not apply: hypothesis “alpha ≠ −1” fails"
+    data = synthetic("independent", T=7, n=3, d=4, seed=0)
+    check = proofs.prop5.check(data, build(data, 3).weights)
+    assert not check.applies and "constant" not in check.quantities
+    assert not any(line.strip().startswith("constant =") for line in str(check).splitlines())
