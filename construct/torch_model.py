@@ -56,6 +56,11 @@ class MemorizingAttention(nn.Module):
     def heads(self) -> int:
         return self.W_K.shape[0]
 
+    def extra_repr(self) -> str:
+        H, d, d_h = self.W_K.shape
+        return (f"H={H}, d={d}, d_h={d_h}, d_v={self.W_V.shape[2]}, d_o={self.W_D.shape[1]}, "
+                f"skip={bool(self.skip)}, mean_shift={bool(self.mean_shift)}, dtype={self.W_K.dtype}")
+
     def forward(self, E: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """``E`` (B, n, d) contexts and ``x`` (B, d) queries → (B, d_o); unbatched (n, d), (d,) → (d_o,)."""
         single = x.dim() == 1

@@ -303,3 +303,11 @@ def test_float32_exports_of_data_beyond_float32_say_so_without_a_runtime_warning
         warnings.simplefilter("error")
         info = export(weights, fmt, tmp_path / f"m.{fmt}", dtype="float32", data=data)
     assert info["max_abs_error"] == math.inf and not info["labels_hold"]
+
+
+def test_the_torch_module_says_what_it_is_in_its_repr():
+    # A new user's trial: repr(MemorizingAttention(...)) was "MemorizingAttention()".
+    pytest.importorskip("torch")
+    from construct.torch_model import MemorizingAttention
+    assert repr(MemorizingAttention(4, 6, 3, 1, 2)) == ("MemorizingAttention(H=4, d=6, d_h=3, d_v=1, d_o=2, skip=False, "
+                                                        "mean_shift=False, dtype=torch.float64)")
