@@ -25,6 +25,7 @@ model reproduces ours to float64's rounding, not bit for bit.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 import torch
@@ -83,6 +84,9 @@ class MemorizingAttention(nn.Module):
 
 def to_torch(weights: Weights, dtype: torch.dtype = torch.float64) -> MemorizingAttention:
     """The module holding ``weights`` (float64 values; high-precision weights are rounded to them)."""
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point and not dtype.is_complex):
+        raise InputError(f"dtype: expected a real floating-point torch dtype (torch.float64, torch.float32, …), "
+                         f"got {dtype!r}", what="invalid option")
     w = checked_weights(weights)
     module = MemorizingAttention(w.H, w.d, w.d_h, w.d_v, w.d_o, w.skip, dtype=dtype,
                                  mean_shift=w.prelayer == "mean-shift")
@@ -94,6 +98,9 @@ def to_torch(weights: Weights, dtype: torch.dtype = torch.float64) -> Memorizing
 
 def from_torch(module: MemorizingAttention) -> Weights:
     """The module's weights as float64 :class:`~construct.model.Weights` (checked)."""
+    if not isinstance(module, MemorizingAttention):
+        raise InputError(f"expected a MemorizingAttention module (to_torch, load_state_dict), got "
+                         f"{type(module).__name__}", what="invalid module")
     arrays = {name: getattr(module, name).detach().cpu().to(torch.float64).numpy().copy() for name in _NAMES}
     return checked_weights(Weights(**arrays, skip=bool(module.skip),
                                    prelayer="mean-shift" if bool(module.mean_shift) else None))
@@ -107,6 +114,9 @@ def load_state_dict(state: dict) -> MemorizingAttention:
             tensor of finite values, or a ``skip``/``mean_shift`` that is not one boolean; then
             the weights' own checks (:func:`construct.model.as_weights`: the shapes).
     """
+    if not isinstance(state, Mapping):
+        raise InputError(f"expected a state dict (a mapping of names to tensors, as torch.load gives), got "
+                         f"{type(state).__name__}", what="invalid state dict")
     matrices = tuple(_NAMES)
     problems = [f"{k}: missing" for k in matrices + ("skip",) if k not in state]
     problems += [f"{k}: unexpected entry" for k in sorted(set(state) - set(matrices) - {"skip", "mean_shift"})]

@@ -311,3 +311,20 @@ def test_the_torch_module_says_what_it_is_in_its_repr():
     from construct.torch_model import MemorizingAttention
     assert repr(MemorizingAttention(4, 6, 3, 1, 2)) == ("MemorizingAttention(H=4, d=6, d_h=3, d_v=1, d_o=2, skip=False, "
                                                         "mean_shift=False, dtype=torch.float64)")
+
+
+def test_the_torch_bridge_refuses_what_it_cannot_take_by_name():
+    # A hostile trial: from_torch(nn.Linear(2, 2)) and from_torch(None) raised AttributeError,
+    # load_state_dict(None) TypeError and load_state_dict([1, 2]) AttributeError, and
+    # to_torch(w, dtype=torch.int64) PyTorch's "Only Tensors of floating point …".
+    from construct.torch_model import from_torch, load_state_dict, to_torch
+    w = build(synthetic("independent", T=7, n=3, d=4, seed=0), 3).weights
+    for bad in (torch.nn.Linear(2, 2), None):
+        with pytest.raises(InputError, match="MemorizingAttention"):
+            from_torch(bad)
+    for bad in (None, [1, 2]):
+        with pytest.raises(InputError, match="state dict"):
+            load_state_dict(bad)
+    with pytest.raises(InputError, match="dtype"):
+        to_torch(w, dtype=torch.int64)
+    assert from_torch(to_torch(w, dtype=torch.float32)).H == 3
