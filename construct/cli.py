@@ -309,7 +309,7 @@ def _report_of(report: Path, weights: Path) -> tuple[str | None, bool]:
     try:
         payload = report.read_bytes()
         described = json.loads(payload).get("weights_sha256")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None, True
     return (sha256(payload), False) if described == sha256(weights.read_bytes()) else (None, True)
 
@@ -343,8 +343,13 @@ def _cmd_teach(args) -> int:
                        (out / name, payload.encode())])
     if args.format == "markdown":                         # an earlier, longer page's figures: unlinked now
         for old in out.glob("teach-figure-*.svg"):
-            if old.name not in figures and re.fullmatch(r"teach-figure-[1-9][0-9]*\.svg", old.name):
-                old.unlink(missing_ok=True)
+            if (old.name not in figures and re.fullmatch(r"teach-figure-[1-9][0-9]*\.svg", old.name)
+                    and old.is_file() and not old.is_symlink()):
+                try:
+                    old.unlink()
+                except OSError as exc:                    # the page is written: a note, not a failure
+                    print(f"mha-construct teach: could not remove {old}, a figure of an earlier page "
+                          f"({exc.strerror or exc})", file=sys.stderr)
     shown = {"html": f"{len(walk.figures)} figures inline",
              "markdown": f"{len(figures)} figures linked",
              "text": "no figures: see --format html, or --format markdown with --out"}[args.format]
@@ -656,17 +661,19 @@ _HELP = {
 }
 
 
-def _escape_what_stdout_cannot_encode() -> None:
-    """Where stdout's encoding is not UTF-8 (``PYTHONIOENCODING=ascii``, a Latin-1 terminal), write
-    the characters it lacks (``…``, ``≥``, ``ℝ``) as backslash escapes, as stderr does, rather
-    than stop with UnicodeEncodeError after the work is done."""
+def _escape_what_stdout_cannot_encode():
+    """Write what stdout cannot encode as backslash escapes, as stderr does, rather than stop with
+    UnicodeEncodeError after the work is done: characters its encoding lacks (``…``, ``≥``, ``ℝ``
+    with ``PYTHONIOENCODING=ascii`` or a Latin-1 terminal), and a file name's byte that is not
+    UTF-8 (a lone surrogate, which even UTF-8 refuses)."""
     stream = sys.stdout
-    encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
-    if encoding not in ("utf8", "utf8sig") and hasattr(stream, "reconfigure"):
-        try:
+    if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+        try:                                    # (UTF-8 too: a file name's undecodable byte)
             stream.reconfigure(errors="backslashreplace")
         except (ValueError, OSError, TypeError):
-            pass
+            return lambda: None
+        return lambda: stream.reconfigure(errors="strict")    # main called in a process that goes on
+    return lambda: None
 
 
 class _Stdout:
@@ -709,10 +716,21 @@ class _Stdout:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mha-construct`` console script; returns the exit code."""
-    _escape_what_stdout_cannot_encode()
+    restore = _escape_what_stdout_cannot_encode()
+    try:
+        return _main(argv)
+    finally:
+        try:
+            restore()
+        except (ValueError, OSError):
+            pass
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     saved = sys.stdout
-    sys.stdout = _Stdout(saved)
+    if saved is not None:                     # None where fd 1 is closed (`>&-`): print writes nothing
+        sys.stdout = _Stdout(saved)
     try:
         return args.run(args)
     except (InputError, OutputError) as exc:
@@ -731,7 +749,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mha-construct {args.command}: interrupted; nothing written", file=sys.stderr)
         return 130
     finally:
-        sys.stdout.flush()
+        if sys.stdout is not None:
+            sys.stdout.flush()
         sys.stdout = saved
 
 

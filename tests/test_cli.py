@@ -716,3 +716,22 @@ def test_a_terminal_that_is_not_utf8_gets_escapes_not_a_traceback(tmp_path, argv
                           timeout=300)
     assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr[-500:]
     assert proc.stdout.isascii() and (b"\\u" in proc.stdout or b"\\x" in proc.stdout), proc.stdout[-300:]
+
+
+def test_a_closed_stdout_or_a_strict_one_does_not_turn_done_work_into_a_traceback(tmp_path, good):
+    # A review: with fd 1 closed (`>&-`) Python's sys.stdout is None, and the wrapper for a reader
+    # that goes away crashed on it (exit 120 after writing the folder); and on a strict UTF-8
+    # stdout a data file named with a byte that is not UTF-8 crashed certify's last print, exit 1
+    # (read as "not proven") after a passing certificate was written.
+    data = write(tmp_path / "d.npz", **good)
+    closed = subprocess.run(["sh", "-c", f'"{sys.executable}" -m construct build "{data}" --out "{tmp_path / "run"}" >&-'],
+                            capture_output=True, text=True, timeout=300)
+    assert closed.returncode == 0 and "Traceback" not in closed.stderr, closed.stderr
+    assert (tmp_path / "run" / "weights.npz").is_file()
+    odd = tmp_path / os.fsdecode(b"d\xff.npz")
+    odd.write_bytes((tmp_path / "run" / "data.npz").read_bytes())
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8:strict"}
+    proc = subprocess.run([sys.executable, "-m", "construct", "certify", str(tmp_path / "run" / "weights.npz"), str(odd),
+                           "--out", str(tmp_path / "c.json")], capture_output=True, env=env, timeout=300)
+    assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr[-500:]
+    assert b"\\udcff" in proc.stdout or b"\\xff" in proc.stdout, proc.stdout[-300:]
