@@ -192,7 +192,10 @@ def as_float64(name: str, arr: np.ndarray, problems: list[str]) -> np.ndarray | 
         refuse(below, "nonzero values below float64's range (about 4.9e-324)", "rescale them")
         inexact = np.isfinite(arr) & ~beyond & ~below & (back != arr)
     else:
-        inexact = back != arr
+        # Past the integer type's top the cast back is undefined (x86 gives the type's minimum, ARM
+        # saturates to the value itself): 2^63 − 1 rounds to 2^63, which no int64 holds.
+        top = 2.0 ** (8 * arr.dtype.itemsize - (1 if arr.dtype.kind == "i" else 0))
+        inexact = (out >= top) | (back != arr)
     refuse(inexact, "values float64 cannot hold exactly (integers beyond 2^53, long doubles with more than "
            "53 significant bits)", "the engine computes on float64 values, so rounding them would build and "
            "certify other data: convert them yourself (astype(np.float64)) where the rounded values are the "
