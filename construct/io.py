@@ -87,11 +87,13 @@ def _os_error(exc: OSError, name: str, folder: Path) -> OutputError:
 
 
 def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` may be alive (True where that cannot be told, an id too large
+    for the system included: its file is then left alone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except (PermissionError, OSError):
+    except (PermissionError, OSError, OverflowError, ValueError):
         return True
     return True
 
@@ -101,9 +103,10 @@ def _name_max(path: Path) -> int:
     ``PC_NAME_MAX`` (255 on most file systems, and where the system does not say)."""
     for parent in path.parents:
         try:
-            return os.pathconf(parent, "PC_NAME_MAX")
+            limit = os.pathconf(parent, "PC_NAME_MAX")
         except (OSError, ValueError):
             continue
+        return limit if limit > 0 else 255         # −1: no limit stated; 0: some FUSE file systems
     return 255
 
 
@@ -233,7 +236,7 @@ def _sweep(path: Path) -> None:
     ``.NAME.PID.HEX.probe`` files whose process is gone (the exact pattern: another target's
     ``.NAME.99.…`` is not one of them)."""
     stem = _stem(path.name, path.parent)
-    pattern = re.compile(rf"\.{re.escape(stem)}\.(\d+)\.[0-9a-f]+\.(tmp|probe)")
+    pattern = re.compile(rf"\.{re.escape(stem)}\.(\d{{1,10}})\.[0-9a-f]+\.(tmp|probe)")
     for old in _siblings(path.parent, f".{stem}."):
         m = pattern.fullmatch(old.name)
         if m and not _pid_alive(int(m.group(1))):
@@ -283,10 +286,7 @@ def _stem(name: str, folder: Path) -> str:
     bytes a name may have in ``folder`` (255 on most file systems), its first bytes (whole
     characters) then ``~`` and 16 hex digits of its SHA-256, which keeps it apart from other
     names with the same beginning."""
-    try:
-        name_max = os.pathconf(folder, "PC_NAME_MAX")
-    except (OSError, ValueError):
-        name_max = 255
+    name_max = _name_max(folder / "name")
     raw = os.fsencode(name)
     room = name_max - _HIDDEN_EXTRA
     if len(raw) <= room:
@@ -322,7 +322,8 @@ class OutputFolder:
     - on entry it takes a lock beside the folder (``.NAME.mha-construct.lock``, an advisory
       ``flock``, released by the kernel if the process dies; a NAME near the file system's limit
       is cut and given a digest, :func:`_stem`), so a second writer is refused at
-      once; it removes what killed writers left (hidden ``.NAME.mha-construct-*`` folders); and
+      once; it removes what killed writers left (hidden ``.NAME.mha-construct-PID-HEX`` and
+      ``-PID-old`` folders, those exact names only); and
       it refuses a folder holding files other than ``names`` unless ``force``;
     - :meth:`publish` writes every file into a hidden sibling folder, flushes it to disk, and
       swaps it with the folder in one atomic step (``renameat2(RENAME_EXCHANGE)``; where the
@@ -390,16 +391,13 @@ class OutputFolder:
 
     def _leftovers(self) -> list[Path]:
         """What killed writers of this folder left beside it: staging folders
-        ``.NAME.mha-construct-PID-HEX`` and old sets ``.NAME.mha-construct-PID-old`` whose
-        process is gone (the exact pattern: a folder of the user's with another name after the
-        prefix is theirs)."""
-        pattern = re.compile(rf"{re.escape(self._hidden)}-(\d+)-([0-9a-f]{{8}}|old)")
-        found = []
-        for path in _siblings(self.folder.parent, f"{self._hidden}-"):
-            m = pattern.fullmatch(path.name)
-            if m and not _pid_alive(int(m.group(1))) and path.is_dir() and not path.is_symlink():
-                found.append(path)
-        return found
+        ``.NAME.mha-construct-PID-HEX`` and old sets ``.NAME.mha-construct-PID-old`` (the exact
+        pattern: a folder of the user's with another name after the prefix is theirs). Whatever
+        their process id: the lock is held, so no writer of this folder is at work, and ids are
+        reused (every container run may be PID 1)."""
+        pattern = re.compile(rf"{re.escape(self._hidden)}-\d{{1,10}}-([0-9a-f]{{8}}|old)")
+        return [path for path in _siblings(self.folder.parent, f"{self._hidden}-")
+                if pattern.fullmatch(path.name) and path.is_dir() and not path.is_symlink()]
 
     def _take_lock(self) -> None:
         path = self.folder.parent / f"{self._hidden}.lock"
