@@ -29,6 +29,7 @@ SAMPLED_THRESHOLD = 0.99
 EXACT_BUDGET = 20_000
 
 
+@numpy_error_defaults
 def kruskal_rank(V: np.ndarray, budget: int = EXACT_BUDGET) -> int | None:
     """Exact Kruskal rank of the rows of ``V`` (m, d); None if it would check more than ``budget`` subsets.
 

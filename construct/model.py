@@ -18,7 +18,7 @@ from .arith.mp import decimal_strings, from_decimal_strings
 from .arith.threads import row_blocks
 from .errors import InputError, numpy_error_defaults
 from .io import load_npz, npz_bytes
-from .limits import as_float64, finite_examples, index_list, integer, real_array
+from .limits import as_float64, finite_examples, flag, index_list, integer, real_array
 
 
 def capacity(H: int, n: int, d_h: int) -> int:
@@ -365,6 +365,7 @@ def feature_matrix(E, X, weights: Weights, ar: Arithmetic | None = None, *, laye
     ``weights.bits``), and then ``E`` and ``X`` must be in it too.
     """
     E, X = _public_inputs(E, X, weights, ar)
+    layered = None if layered is None else flag(layered, "layered")
     if weights.prelayer is not None and layered is None:
         raise InputError(f"these weights have a pre-layer ({weights.prelayer}): pass layered=False to apply it "
                          "to E and X first (as forward does), or layered=True where E and X are its outputs "

@@ -884,6 +884,8 @@ def test_public_functions_refuse_what_they_cannot_take_by_name(small, tmp_path):
             teach(**{option: "no"})
     with pytest.raises(InputError, match="V: non-finite"):
         kruskal_rank(np.array([[1.0, np.inf], [0.0, 1.0]]))
+    with np.errstate(all="raise"):                                       # underflow inside: not an error
+        assert kruskal_rank(np.eye(3) * 1e-310) == 3
     assert kruskal_rank([[1.0, 0.0], [0.0, 1.0]]) == 2
     with pytest.raises(InputError, match="budget"):
         kruskal_rank(np.eye(2), budget=None)

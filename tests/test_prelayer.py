@@ -266,6 +266,8 @@ def test_feature_matrix_of_weights_with_a_pre_layer_asks_which_inputs_it_has():
     w = build(data, 6, prelayer="mean-shift").weights
     with pytest.raises(InputError, match="layered=False.*layered=True"):
         feature_matrix(data.E, data.X, w)
+    with pytest.raises(InputError, match="layered must be True or False"):      # "no" is not read as True
+        feature_matrix(data.E, data.X, w, layered="no")
     E, X = mean_shift(data.E, data.X)
     Z = feature_matrix(data.E, data.X, w, layered=False)
     assert np.array_equal(Z, feature_matrix(E, X, w, layered=True))
