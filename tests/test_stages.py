@@ -497,12 +497,13 @@ def test_verify_on_a_shared_context_spares_the_futile_gram_matrix(monkeypatch):
     from construct import synthetic
     from construct.build import build
     from construct.verify import verify
-    # (Seed 3: the readout's σ² is 0.37 and 0.07 of what the Gram route would need under
-    # OpenBLAS's Haswell and Sandybridge kernels; seed 0, chosen on an AVX-512 machine, gave 2.7
-    # under the Haswell kernels, and there the Gram is worth trying.)
+    # (The readout's σ² against what the Gram route would need moves by factors of 30 with the
+    # BLAS kernels' rounding: at H = 96, seed 3, it was 0.24 and 0.04 under OpenBLAS's Haswell and
+    # Sandybridge kernels, 1.5 with NumPy 2.0.2 / SciPy 1.15.3's OpenBLAS. At H = 128, seed 3:
+    # 0.027, 0.067 and 0.047, well below 1 under all three.)
     calls = _counting_gram(monkeypatch)
-    data = synthetic("shared", T=96 * 7 + 1, n=8, d=16, seed=3)
-    result = build(data, 96, seed=3)
+    data = synthetic("shared", T=128 * 7 + 1, n=8, d=16, seed=3)
+    result = build(data, 128, seed=3)
     calls.clear()
     v = verify(result.weights, data)
     assert calls == [] and v.passed and v.rank_Z == data.T
