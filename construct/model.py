@@ -255,6 +255,11 @@ def load_weights(path: str | os.PathLike) -> Weights:
         raise InputError([f"array {k!r} is missing from {str(path)!r}" for k in missing], what="invalid weights")
     weights = as_weights(*(arrays[k] for k in names), prelayer=_prelayer_of(arrays, path))
     if "bits" not in arrays:
+        decimals = sorted(k for k in arrays if k.endswith("_decimal"))
+        if decimals:                               # high-precision weights that lost their bits
+            raise InputError(f"bits: missing from {str(path)!r}, though it holds {', '.join(decimals)}: "
+                             "high-precision weights need both (without bits the decimals would be ignored)",
+                             what="invalid high-precision weights")
         return weights
     return _exact_weights(arrays, weights, path)
 

@@ -111,3 +111,17 @@ def test_an_unexpected_array_name_is_answered_with_the_names_expected(tmp_path):
         load_dataset(path)
     with pytest.raises(InputError, match=r"a weights file holds W_K, W_Q, W_V, W_O, W_D, skip"):
         load_weights(path)
+
+
+def test_decimal_arrays_without_bits_are_refused_not_ignored(tmp_path):
+    # A hostile trial: a high-precision weights file with its `bits` member removed was read as
+    # plain float64 weights, its W_*_decimal arrays (edited to "123.5") ignored without a word.
+    from construct import build, synthetic
+    from construct.io import load_npz
+    w = build(synthetic("independent", T=7, n=3, d=4, seed=0), 3, precision=80).weights
+    w.save(tmp_path / "hp.npz")
+    arrays = load_npz(tmp_path / "hp.npz", what="weights", allowed=lambda k: True)
+    del arrays["bits"]
+    (tmp_path / "nobits.npz").write_bytes(npz_bytes(arrays))
+    with pytest.raises(InputError, match=r"bits: missing.*_decimal"):
+        load_weights(tmp_path / "nobits.npz")
