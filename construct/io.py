@@ -352,6 +352,14 @@ class OutputFolder:
     def __enter__(self) -> OutputFolder:
         folder, parent = self.folder, self.folder.parent
         check_names_fit(folder, "output folder")
+        try:
+            here = Path(os.path.realpath(os.getcwd()))
+        except OSError:                              # the current folder is gone: nothing to keep
+            here = None
+        if here is not None and (folder == here or folder in here.parents):
+            raise InputError(f"{str(folder)!r} is the current folder or holds it: its content is replaced as a "
+                             "whole (the process would be left in a removed folder); choose a folder of its own",
+                             what="invalid output folder")
         if folder.exists() and not folder.is_dir():
             raise InputError(f"{str(folder)!r} exists and is not a folder", what="invalid output folder")
         if folder.is_dir() and not folder.stat().st_mode & stat.S_IWUSR:

@@ -697,3 +697,22 @@ def test_a_file_system_that_states_no_name_limit_is_taken_at_255(tmp_path, monke
         cio.write_atomic(parent / "w.json", b"{}")
     monkeypatch.undo()
     only(parent, "w.json")
+
+
+def test_save_refuses_the_current_folder_or_one_holding_it(tmp_path, monkeypatch):
+    # A hostile trial: BuildResult.save(".") published over the current folder (the process was
+    # left in a removed folder), and save("..", force=True) from par/child replaced all of par,
+    # the child's notebook and par/notes.txt included; the CLI refuses both.
+    parent = real(tmp_path) / "par"
+    child = parent / "child"
+    child.mkdir(parents=True)
+    (parent / "notes.txt").write_text("mine")
+    (child / "analysis.ipynb").write_text("{}")
+    result = construct.build(construct.synthetic("independent", T=7, n=3, d=4, seed=0), 3)
+    monkeypatch.chdir(child)
+    for target, force in ((".", False), (".", True), ("..", True), (str(child), True)):
+        with pytest.raises(construct.InputError, match="current folder or holds it"):
+            result.save(target, force=force)
+    assert (parent / "notes.txt").read_text() == "mine" and (child / "analysis.ipynb").read_text() == "{}"
+    only(parent, "child", "notes.txt")
+    only(child, "analysis.ipynb")
