@@ -50,11 +50,21 @@ def export_bytes(weights: Weights, fmt: str, dtype: str = "float64", report_sha2
         raise InputError(f"report_sha256 must be None or 64 lowercase hex digits, got {report_sha256!r}"[:200],
                          what="invalid option")
     w = checked_weights(weights)
-    with np.errstate(over="ignore"):                # beyond float32's range: refused below, by name
+    with np.errstate(over="ignore", under="ignore"):   # beyond or below float32's range: refused below, by name
         arrays = {name: np.ascontiguousarray(w.arrays()[name], dtype=dtype) for name in _NAMES}
-    beyond = [f"{name}: values up to {float(np.abs(np.asarray(w.arrays()[name], dtype=np.float64)).max()):.3g} "
-              f"exceed float32's range ({float(np.finfo(np.float32).max):.3g})"
-              for name, a in arrays.items() if not np.all(np.isfinite(a))]
+    beyond = []
+    for name, a in arrays.items():
+        exact = np.asarray(w.arrays()[name], dtype=np.float64)
+        if not np.all(np.isfinite(a)):
+            beyond.append(f"{name}: values up to {float(np.abs(exact).max()):.3g} exceed float32's range "
+                          f"({float(np.finfo(np.float32).max):.3g})")
+        # Values float32 flushes to 0 that matter at the matrix's own scale (above float32's
+        # precision of its largest entry); far smaller ones vanish in float32 arithmetic anyway.
+        top = float(np.abs(exact).max()) if exact.size else 0.0
+        lost = (a == 0) & (np.abs(exact) > top * 2.0 ** -24)
+        if lost.any():
+            beyond.append(f"{name}: values up to {float(np.abs(exact[lost]).max()):.3g} are below float32's range "
+                          f"({float(np.finfo(np.float32).smallest_subnormal):.3g}) and would become 0")
     if beyond:
         raise InputError(beyond + ["export them as float64 (--dtype float64), or build from rescaled data"],
                          what="weights not representable in float32", counted=False)

@@ -291,8 +291,8 @@ def test_a_hostile_state_dict_is_refused_by_name(built):
 @pytest.mark.parametrize("fmt", ["onnx", "safetensors", "torch"])
 def test_float32_exports_of_data_beyond_float32_say_so_without_a_runtime_warning(fmt, tmp_path):
     # A hostile trial: data near 1e300 cast to float32 for the evaluation printed "RuntimeWarning:
-    # overflow encountered in cast" (an error under -W error); the answer is that the labels do
-    # not hold at that dtype.
+    # overflow encountered in cast" (an error under -W error). Such weights (W_K near 1e-300) are
+    # now refused before anything is written: float32 would hold them as zeros.
     import warnings
     pytest.importorskip({"onnx": "onnxruntime", "safetensors": "safetensors", "torch": "torch"}[fmt])
     from construct import as_dataset
@@ -301,8 +301,9 @@ def test_float32_exports_of_data_beyond_float32_say_so_without_a_runtime_warning
     weights = build(data, 2).weights
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        info = export(weights, fmt, tmp_path / f"m.{fmt}", dtype="float32", data=data)
-    assert info["max_abs_error"] == math.inf and not info["labels_hold"]
+        with pytest.raises(InputError, match="would become 0"):
+            export(weights, fmt, tmp_path / f"m.{fmt}", dtype="float32", data=data)
+    assert not (tmp_path / f"m.{fmt}").exists()
 
 
 def test_the_torch_module_says_what_it_is_in_its_repr():
@@ -328,3 +329,14 @@ def test_the_torch_bridge_refuses_what_it_cannot_take_by_name():
     with pytest.raises(InputError, match="dtype"):
         to_torch(w, dtype=torch.int64)
     assert from_torch(to_torch(w, dtype=torch.float32)).H == 3
+
+
+def test_a_float32_export_refuses_weights_that_would_become_zero():
+    # A hostile trial: weights built on data near 1e100 (W_K about 8e-99) were written at float32
+    # as zeros, exit 0 ("not evaluated" without a dataset); values above float32's range were
+    # already refused by name.
+    base = synthetic("independent", T=7, n=3, d=4, seed=0)
+    w = build(base.__class__(base.E * 1e100, base.X * 1e100, base.Y), 3).weights
+    for fmt in FORMATS:
+        with pytest.raises(InputError, match=r"W_K: .* below float32's range"):
+            export_bytes(w, fmt, dtype="float32")
