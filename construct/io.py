@@ -410,7 +410,14 @@ class OutputFolder:
     def _take_lock(self) -> None:
         path = self.folder.parent / f"{self._hidden}.lock"
         while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:                                   # never through a link planted there (a shared /tmp)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.EISDIR, errno.EMLINK):      # (a link: ELOOP, EMLINK on BSD)
+                    raise
+                raise InputError(f"the lock file {str(path)!r} of {str(self.folder)!r} is a link or a folder "
+                                 f"({exc.strerror or exc}): remove it, or choose another folder",
+                                 what="invalid output folder") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -716,3 +716,17 @@ def test_save_refuses_the_current_folder_or_one_holding_it(tmp_path, monkeypatch
     assert (parent / "notes.txt").read_text() == "mine" and (child / "analysis.ipynb").read_text() == "{}"
     only(parent, "child", "notes.txt")
     only(child, "analysis.ipynb")
+
+
+@pytest.mark.parametrize("planted", ["symlink", "folder"])
+def test_a_lock_path_that_is_not_a_plain_file_is_refused_by_name(tmp_path, capsys, planted):
+    # A hostile trial: a symlink planted at .NAME.mha-construct.lock was followed (build created
+    # its target, mode 600: a classic plant in a shared /tmp when run as root), and a folder there
+    # gave "cannot write lk …: Is a directory", which blamed the output folder.
+    parent = real(tmp_path)
+    lock = parent / ".lk.mha-construct.lock"
+    target = parent / "planted_target"
+    lock.symlink_to(target) if planted == "symlink" else lock.mkdir()
+    code, err = build(parent / "lk", *SMALL, capsys=capsys)
+    assert code == 2 and ".lk.mha-construct.lock" in err and "Traceback" not in err, err
+    assert not target.exists() and not (parent / "lk").exists()
