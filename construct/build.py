@@ -108,6 +108,9 @@ def build(data: Dataset, heads: int | None = None, *, head_dim: int | None = Non
     if prelayer not in PRELAYER_OPTIONS:
         raise InputError(f"prelayer must be one of {', '.join(PRELAYER_OPTIONS)}, got {prelayer!r}",
                          what="invalid option")
+    what = f"a build of T = {data.T} examples (n = {data.n}, d = {data.d}) with H = {H} heads"
+    if where.name == "cpu":                                     # first: the checks below cost memory too
+        require_memory(memory_estimate(data, H, d_h, d_v), what)
     try:
         refuse_identical_inputs(data.E, data.X, data.Y)        # before any layer: none separates them
     except InputError as same:                                  # with A2's failures, if any: one error
@@ -124,9 +127,6 @@ def build(data: Dataset, heads: int | None = None, *, head_dim: int | None = Non
         def shifted(ar: Arithmetic):               # at a higher precision: the layer's outputs in it
             return mean_shift(ar.asarray(original.E), ar.asarray(original.X), ar)
         exact_inputs = shifted
-    what = f"a build of T = {data.T} examples (n = {data.n}, d = {data.d}) with H = {H} heads"
-    if where.name == "cpu":
-        require_memory(memory_estimate(data, H, d_h, d_v), what)
     options = dict(heads=H, head_dim=d_h, value_dim=d_v, seed=seed, tol=tol, scale=scale,
                    progress=progress, trace=trace, shifted=layer is not None)
 

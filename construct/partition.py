@@ -120,6 +120,8 @@ def refuse_identical_inputs(E: np.ndarray, X: np.ndarray, Y: np.ndarray) -> None
     model memorizes them all; with the same label they are one example given more than once.
     """
     T = X.shape[0]
+    if T < 2:                                             # (and np.unique on rows of huge d is costly)
+        return
     _, query, counts = np.unique(X.reshape(T, -1), axis=0, return_inverse=True, return_counts=True)
     query = query.reshape(-1)
     shared = np.flatnonzero(counts[query] > 1)            # examples whose query another one has

@@ -907,3 +907,15 @@ def test_identical_examples_and_rank_deficient_contexts_are_reported_in_one_erro
         build(as_dataset(E, X, Y), 5)
     message = str(exc.value)
     assert "examples 2 and 5" in message and "example(s) 3, 7" in message and "A2" in message, message
+
+
+def test_a_request_too_large_is_refused_before_the_checks_that_cost_memory(monkeypatch):
+    # A hostile trial: `build --heads 1 --context 1 --dim 10000000` ran the identical-inputs check
+    # (np.unique over rows of 10^7 entries: 97 s, 5 GB) before it said "needs 7.45e+05 GiB".
+    import construct.limits as limits
+    data = synthetic("independent", T=3, n=2, d=2000, seed=0)
+    monkeypatch.setattr(sys.modules["construct.build"], "refuse_identical_inputs",
+                        lambda *a: pytest.fail("the identical-inputs check ran before the memory estimate"))
+    monkeypatch.setattr(limits, "available_memory", lambda: 2**20)
+    with pytest.raises(InputError, match="needs about"):
+        build(data, 2)
