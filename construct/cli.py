@@ -135,6 +135,11 @@ def _build_into(args, out) -> dict:
         if problems:
             raise InputError(problems, what="invalid arguments")
         data = load_dataset(args.data)
+        if (os.path.realpath(args.data) == os.path.join(os.path.realpath(args.out), "data.npz")
+                and Path(args.data).read_bytes() != data.to_bytes()):
+            raise InputError(f"--out {str(args.out)!r} would replace the input {str(args.data)!r} with the dataset as "
+                             "build writes it (float64 arrays, Y one-hot for integer labels), which differs from "
+                             "the file: write into another folder", what="invalid output folder")
         heads = args.heads
         if heads is None:
             d_h = args.head_dim or data.n

@@ -735,3 +735,19 @@ def test_a_closed_stdout_or_a_strict_one_does_not_turn_done_work_into_a_tracebac
                            "--out", str(tmp_path / "c.json")], capture_output=True, env=env, timeout=300)
     assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr[-500:]
     assert b"\\udcff" in proc.stdout or b"\\xff" in proc.stdout, proc.stdout[-300:]
+
+
+def test_build_does_not_rewrite_its_own_input_into_another_file(tmp_path, capsys, good):
+    # A hostile trial: `build lab/data.npz --out lab` rewrote the user's file of integer labels as
+    # one-hot Y (and float32 as float64); a second build then lost the class ids for good.
+    lab = tmp_path / "lab"
+    lab.mkdir()
+    labels = np.array([3, 17, 42, 3, 17, 42, 3])
+    np.savez(lab / "data.npz", E=good["E"].astype(np.float32), X=good["X"].astype(np.float32), labels=labels)
+    before = (lab / "data.npz").read_bytes()
+    code, _, err = run(["build", lab / "data.npz", "--out", lab, "--quiet"], capsys)
+    assert code == 2 and "another folder" in err, err
+    assert (lab / "data.npz").read_bytes() == before and sorted(p.name for p in lab.iterdir()) == ["data.npz"]
+    run(["build", write(tmp_path / "d.npz", **good), "--out", tmp_path / "run", "--quiet"], capsys)
+    code, _, err = run(["build", tmp_path / "run" / "data.npz", "--out", tmp_path / "run", "--quiet"], capsys)
+    assert code == 0, err                                      # build's own data.npz: rewritten as it is
