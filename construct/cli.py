@@ -67,17 +67,13 @@ CERTIFICATE = "certificate.json"
 
 
 def _replaceable_folder(out: Path, data: Path | None) -> None:
-    """Refuse an --out folder that build cannot replace as a whole without harm: the current
-    folder or one holding it (the shell would be left in a removed folder), or a folder holding
+    """Refuse an --out folder that build cannot replace as a whole without harm: a folder holding
     the input data file anywhere but as its own ``data.npz`` (which build rewrites with the same
     dataset): under one of build's other names it would be replaced, under any other name
-    removed with the rest of the folder by --force (or refused as a foreign file without it)."""
+    removed with the rest of the folder by --force (or refused as a foreign file without it).
+    (The current folder or one holding it is refused by :class:`~construct.io.OutputFolder`, for
+    the Python API too.)"""
     folder = Path(os.path.realpath(out))
-    here = Path(os.path.realpath(os.getcwd()))
-    if folder == here or folder in here.parents:
-        raise InputError(f"--out {str(out)!r} is the current folder or holds it: build replaces its folder as a "
-                         "whole, which would leave this shell in a removed folder; name a subfolder",
-                         what="invalid output folder")
     if data is not None:
         source = Path(os.path.realpath(data))
         if folder in source.parents and not (source.parent == folder and source.name == "data.npz"):
