@@ -8,27 +8,93 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import itertools
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 
 import scipy
 from threadpoolctl import ThreadpoolController
 
 _controller: ThreadpoolController | None = None
+_controller_lock = threading.Lock()
 
 
 def _threadpools() -> ThreadpoolController:
     """The process's thread pools, inspected once (inspection scans every loaded library)."""
     global _controller
-    if _controller is None:
-        _controller = ThreadpoolController()
-    return _controller
+    with _controller_lock:
+        if _controller is None:
+            _controller = ThreadpoolController()
+        return _controller
+
+
+def _blas_pools() -> list:
+    return _threadpools().select(user_api="blas").lib_controllers
+
+
+# The BLAS thread counts, for the whole process. OpenBLAS (with its own threads, as in the numpy
+# and scipy wheels) has one setting and one pool of workers per library for every thread of the
+# process, and threadpoolctl (from 3.8 on) lets one Python thread at a time change it: a thread
+# that sets it outside a threadpoolctl context keeps that right as long as it lives, and the
+# others' settings are ignored meanwhile. So the engine does not hand its limits to threadpoolctl
+# one thread at a time. Each of its contexts files a request (the threads it wants per library);
+# while any request is open, each library runs on the fewest threads any of them asks for, and
+# when the last one closes, every library gets back the count it had before the first opened.
+# Two builds in two threads therefore keep BLAS on one thread until both are done, and a build
+# in a worker thread gets its limit while the main thread holds a threadpoolctl limit of its own.
+_policy_lock = threading.Lock()
+_requests: dict[int, tuple[int, dict[str, int]]] = {}     # token → (thread ident, {library: threads})
+_baseline: dict[str, int] = {}                           # the counts before the first open request
+_tokens = itertools.count()
+
+
+def _set_threads(pool, threads: int) -> None:
+    """Set ``pool``'s thread count from this thread, whichever thread threadpoolctl lets do so
+    now, and leave that right to nobody afterwards."""
+    give_back = getattr(type(pool), "clear_controlling_thread", None)      # threadpoolctl >= 3.8
+    if give_back is not None:
+        give_back(force=True)
+    try:
+        pool.set_num_threads(threads)
+    finally:
+        if give_back is not None:
+            give_back()
+
+
+def _apply() -> None:
+    """Give each library the count the open requests call for (``_policy_lock`` held)."""
+    for pool in _blas_pools():
+        wanted = [want[pool.filepath] for _, want in _requests.values() if pool.filepath in want]
+        threads = min(wanted) if wanted else _baseline.get(pool.filepath)
+        if threads is not None and pool.num_threads != threads:
+            _set_threads(pool, threads)
+
+
+@contextlib.contextmanager
+def _request(threads_of):
+    """Context manager: BLAS runs on at most ``threads_of(library)`` threads per library while it
+    is open, however many threads of the process open requests meanwhile."""
+    with _policy_lock:
+        pools = _blas_pools()
+        if not _requests:
+            _baseline.clear()
+            _baseline.update({p.filepath: p.num_threads for p in pools})
+        token = next(_tokens)
+        _requests[token] = (threading.get_ident(), {p.filepath: threads_of(p) for p in pools})
+        _apply()
+    try:
+        yield
+    finally:
+        with _policy_lock:
+            del _requests[token]
+            _apply()
 
 
 def blas_threads() -> int:
     """Threads the BLAS libraries use now (the largest pool; 1 if none is found)."""
-    pools = _threadpools().select(user_api="blas").lib_controllers
-    return max([p.num_threads for p in pools] or [1])
+    with _policy_lock:
+        return max([p.num_threads for p in _blas_pools()] or [1])
 
 
 def blas_limit(threads: int):
@@ -38,7 +104,7 @@ def blas_limit(threads: int):
     threads ran them 2-20x slower on the 2-core CI machine) and splits its passes over all
     examples in two halves on threads of its own (:func:`together`).
     """
-    return _threadpools().limit(limits=threads, user_api="blas")
+    return _request(lambda pool: threads)
 
 
 _pools_split: tuple[list, list] | None = None
@@ -53,7 +119,7 @@ def _split_pools() -> tuple[list, list]:
     """
     global _pools_split
     if _pools_split is None:
-        pools = _threadpools().select(user_api="blas").lib_controllers
+        pools = _blas_pools()
         root = os.path.dirname(os.path.dirname(os.path.realpath(scipy.__file__)))
         mine = [p for p in pools if os.path.relpath(os.path.realpath(p.filepath), root).split(os.sep)[0]
                 in ("scipy", "scipy.libs")]
@@ -61,7 +127,6 @@ def _split_pools() -> tuple[list, list]:
     return _pools_split
 
 
-@contextlib.contextmanager
 def scipy_threads(threads: int):
     """Context manager: BLAS and LAPACK called through scipy run on ``threads`` threads, every
     other BLAS pool (numpy's) on one.
@@ -70,18 +135,21 @@ def scipy_threads(threads: int):
     multi-threaded call in one while the other's workers still spin puts more threads than cores
     to work: on the 2-core CI machine a QR update ran 3x slower and a product gained nothing.
     So the heavy operations go through one pool only, scipy's (it has the LAPACK routines).
+    While a build holds BLAS on one thread in another thread, they run on one thread too.
     """
-    ours, others = _split_pools()
-    saved = [(p, p.num_threads) for p in ours + others]
-    try:
-        for p in others:
-            p.set_num_threads(1)
-        for p in ours:
-            p.set_num_threads(threads)
-        yield
-    finally:
-        for p, n in saved:
-            p.set_num_threads(n)
+    ours = {p.filepath for p in _split_pools()[0]}
+    return _request(lambda pool: threads if pool.filepath in ours else 1)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has only the thread that forked: requests of the others will never close."""
+    global _policy_lock, _controller_lock
+    _policy_lock, _controller_lock = threading.Lock(), threading.Lock()
+    me = threading.get_ident()
+    for token in [t for t, (ident, _) in _requests.items() if ident != me]:
+        del _requests[token]
+    if _baseline:
+        _apply()
 
 
 _helper: ThreadPoolExecutor | None = None
@@ -94,6 +162,7 @@ def _forget_helper() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_helper)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def together(first, second, parallel: bool) -> tuple:

@@ -1,0 +1,118 @@
+"""BLAS thread limits when the engine runs in threads other than the main one.
+
+OpenBLAS's thread count is one setting for the whole process, and threadpoolctl (from 3.8 on)
+lets one Python thread at a time change it: the engine must neither keep that control after it
+returns nor lose its own limit to it, or a build in a worker thread runs BLAS on more threads and
+gives other weights from the same seed.
+"""
+
+import multiprocessing
+import os
+import threading
+
+import pytest
+from threadpoolctl import threadpool_info, threadpool_limits
+
+from construct import build, synthetic
+from construct.arith.threads import blas_limit
+
+
+def _blas_threads() -> list[int]:
+    return [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+
+
+def _in_threads(*fns) -> list:
+    """Run each function on a thread of its own, all started together; their results in order."""
+    out = [None] * len(fns)
+    errors = []
+    start = threading.Barrier(len(fns))
+
+    def run(i, fn):
+        try:
+            start.wait()
+            out[i] = fn()
+        except BaseException as e:                  # re-raised in the test's thread
+            errors.append(e)
+
+    workers = [threading.Thread(target=run, args=(i, fn)) for i, fn in enumerate(fns)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    if errors:
+        raise errors[0]
+    return out
+
+
+DATA = synthetic("independent", T=57, n=8, d=16, seed=0)          # H = 8 at capacity
+
+
+def _weights() -> bytes:
+    return build(DATA, 8, seed=0, precision="float64").weights.to_bytes()
+
+
+@pytest.fixture(params=["as found", "a user's limit of 2, held by the main thread"])
+def blas_setting(request):
+    """BLAS as the process has it, or on two threads by a limit the main thread holds meanwhile
+    (which, from threadpoolctl 3.8 on, makes that thread the one allowed to change it)."""
+    if request.param == "as found":
+        yield
+    else:
+        with threadpool_limits(2, user_api="blas"):
+            yield
+
+
+def test_a_build_in_a_worker_thread_gives_the_main_threads_weights(blas_setting):
+    main = _weights()
+    (worker,) = _in_threads(_weights)
+    assert worker == main
+
+
+def test_builds_running_at_once_in_two_threads_give_the_same_weights(blas_setting):
+    main = _weights()
+    assert _in_threads(_weights, _weights) == [main, main]
+
+
+def test_the_limits_and_their_control_are_given_back():
+    before = _blas_threads()
+    _weights()
+    _in_threads(_weights, _weights)
+    assert _blas_threads() == before
+
+    def limit_in_a_thread():                         # a user's own limit, from another thread
+        with threadpool_limits(1, user_api="blas"):
+            return _blas_threads()
+
+    (inside,) = _in_threads(limit_in_a_thread)
+    assert set(inside) == {1}
+    assert _blas_threads() == before
+
+
+def _counts_in_child() -> list[int]:
+    return _blas_threads()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is a POSIX start method")
+def test_a_process_forked_while_another_thread_holds_a_limit_gets_the_counts_back():
+    """The thread that opened the limit does not exist in the child, so its limit never closes
+    there: the child must not keep BLAS on one thread for good."""
+    before = _blas_threads()
+    opened, release = threading.Event(), threading.Event()
+
+    def hold():
+        with blas_limit(1):
+            opened.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert opened.wait(60)
+        assert set(_blas_threads()) == {1}
+        with multiprocessing.get_context("fork").Pool(1) as pool:
+            child = pool.apply_async(_counts_in_child).get(timeout=60)
+    finally:
+        release.set()
+        holder.join()
+    assert child == before
+    assert _blas_threads() == before
