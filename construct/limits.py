@@ -17,6 +17,7 @@ Documented limits:
 from __future__ import annotations
 
 import math
+import sys
 import numbers
 import os
 
@@ -58,10 +59,11 @@ def flag(value, name: str) -> bool:
 
 
 def tolerance(value, name: str = "tol") -> float:
-    """``value`` as a finite positive ``float``.
+    """``value`` as a finite positive ``float``, a normal float64 number.
 
     Raises:
-        InputError: not a real number, NaN, infinite, zero or negative.
+        InputError: not a real number, NaN, infinite, zero or negative, or below float64's
+            smallest normal number (errors that small carry fewer significant bits).
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InputError(f"{name} must be a positive number, got {value!r}", what="invalid option")
@@ -71,6 +73,9 @@ def tolerance(value, name: str = "tol") -> float:
         tol = math.inf
     if not (math.isfinite(tol) and tol > 0):
         raise InputError(f"{name} must be a finite positive number, got {tol!r}", what="invalid option")
+    if tol < sys.float_info.min:
+        raise InputError(f"{name} must be at least {sys.float_info.min!r}, float64's smallest normal number "
+                         f"(an error below it has fewer significant bits), got {tol!r}", what="invalid option")
     return tol
 
 

@@ -228,6 +228,22 @@ def test_bad_tolerance_in_verify_and_certify(tmp_path, capsys, small):
         certify(weights, data, tol=-1.0)
 
 
+@pytest.mark.parametrize("command", ["build", "verify", "certify"])
+def test_a_subnormal_tolerance_is_refused_before_the_work(tmp_path, capsys, small, command):
+    # A hostile trial: --tol 1e-320 was accepted and build failed 20 s later. An error that small
+    # is held in float64 with fewer significant bits than a normal number: compared against it, a
+    # bound of 1.5e-320 keeps 11 bits.
+    assert run(["build", "--out", tmp_path / "o", "--quiet"], capsys)[0] == 0
+    w, d = tmp_path / "o" / "weights.npz", tmp_path / "o" / "data.npz"
+    argv = ["build", "--out", tmp_path / "new"] if command == "build" else [command, w, d]
+    code, _, err = run([*argv, "--tol=1e-320"], capsys)
+    assert code == 2 and "--tol must be at least 2.2250738585072014e-308" in err, err
+    assert not (tmp_path / "new").exists()
+    for call in (lambda: build(small, 3, tol=1e-310), lambda: verify(load_weights(w), small, tol=5e-324)):
+        with pytest.raises(InputError, match="smallest normal"):
+            call()
+
+
 def test_a_tolerance_whose_allowed_error_overflows_is_refused(tmp_path, capsys, small):
     # A hostile trial: tol · max(1, max |Y|) overflowed to inf, and weights whose outputs were
     # infinite passed verify, export and certify ("max |f − y| inf (allowed inf): PASS").
