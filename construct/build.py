@@ -144,7 +144,8 @@ def build(data: Dataset, heads: int | None = None, *, head_dim: int | None = Non
                        verification=replace(result.verification, device=ran, device_reason=why))
 
     def at_each_precision(problem: Dataset, with_skip: bool, inputs=None) -> BuildResult:
-        return policy.choose(problem, H, chosen, lambda prec, why: at(problem, prec, why, with_skip, inputs), d_h)
+        return policy.choose(problem, H, chosen, lambda prec, why: at(problem, prec, why, with_skip, inputs), d_h,
+                             tol=tol)
 
     exponents = scaling_exponents(data, bool(skip))
     if exponents is not None:

@@ -16,6 +16,7 @@ import numpy as np
 from .arith import FLOAT64, Mpmath
 from .data import Dataset
 from .errors import ConstructionError
+from .limits import allowed_error
 from .model import Weights, forward
 from .precision import ERROR_TARGET, FLOAT64 as F64, MAX_BITS, Precision, bits_needed
 
@@ -107,11 +108,14 @@ def errors_at(weights: Weights, data: Dataset, bits: int) -> tuple[float, float]
                 float(np.abs(mp.asarray(out64) - out).max()))
 
 
-def choose(data: Dataset, heads: int, chosen, build_at: Callable, d_h: int | None = None):
+def choose(data: Dataset, heads: int, chosen, build_at: Callable, d_h: int | None = None,
+           tol: float | None = None):
     """The build at the precision ``chosen`` (a :class:`Precision`, or ``"auto"``), with key/query
     width ``d_h`` (default ``n``).
 
-    ``build_at(prec, why)`` runs the construction at one precision and returns its result.
+    ``build_at(prec, why)`` runs the construction at one precision and returns its result. With
+    ``tol``, auto's mpmath path aims below a sixteenth of the error it allows, where that is
+    below :data:`construct.precision.ERROR_TARGET`.
 
     Raises:
         ConstructionError: float64 failed and mpmath is beyond its budget at this size, or the
@@ -154,7 +158,10 @@ def choose(data: Dataset, heads: int, chosen, build_at: Callable, d_h: int | Non
         # A float64 build that ran to the end and failed its check still predicts its rounding.
         feature_rounding, condition = (1.0, float("inf")) if exc.result is None else _prediction(exc.result, data)
         why = f"auto: float64 failed ({str(exc).split(';')[0]})"
-    bits = bits_needed(feature_rounding, condition)
+    target = ERROR_TARGET
+    if tol is not None:
+        target = min(target, allowed_error(tol, float(np.abs(data.Y).max(initial=0.0))) / 16)
+    bits = bits_needed(feature_rounding, condition, target)
     if bits > MAX_BITS:
         raise ConstructionError(f"{why}; the prediction asks for {bits} bits, beyond the most this engine "
                                 f"uses ({MAX_BITS}): the data is too close to degenerate")
@@ -163,4 +170,4 @@ def choose(data: Dataset, heads: int, chosen, build_at: Callable, d_h: int | Non
                                    "so these are the float64 weights: certify before relying on them")
         return result
     return build_at(Precision(bits), f"{why}; {bits} bits bring the predicted output rounding below "
-                                     f"{ERROR_TARGET:g}")
+                                     f"{target:g}")

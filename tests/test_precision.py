@@ -65,6 +65,16 @@ def test_auto_memorizes_adversarial_data_and_certify_proves_it(case):
     assert cert.passed, json.dumps(cert.claims, default=str)[:600]
 
 
+@pytest.mark.parametrize("tol", [1e-60, 1e-200])
+def test_auto_takes_the_bits_a_tolerance_below_its_usual_target_asks_for(tol):
+    # auto aimed its mpmath path at an error of ERROR_TARGET whatever the tolerance: tol = 1e-60
+    # failed after the work at 137 bits (1.1e-39) and told the user to raise the precision.
+    data = synthetic("independent", T=7, n=4, d=7, seed=0)
+    result = build(data, 2, tol=tol)
+    assert result.verification.passed and result.verification.max_abs_error <= tol
+    assert f"below {tol / 16:g}" in result.precision_reason
+
+
 def test_precision_option_parses_and_rejects():
     assert parse("auto") == "auto" and parse("float64").is_float64 and parse("200").bits == 200
     for bad in ("12", "lots"):
