@@ -67,10 +67,12 @@ def build_scaled(data: Dataset, exponents: tuple[int, int, int], skip: bool, tol
     if not check.passed and check.rank_Z == check.T and 2.0 ** -53 * skip_top >= check.tol / 8:
         raise InputError(f"with --skip the output is x's first d_o coordinates (up to {skip_top:.3g}) plus the "
                          f"heads' outputs, and the labels (up to {float(np.abs(data.Y).max()):.3g}) are their "
-                         "difference: float64 keeps about 16 significant digits of that sum, so the labels are "
-                         f"lost to cancellation (max |f − y| = {check.max_abs_error:.3g}, allowed "
+                         "difference. Data beyond 2^±64 is built at unit scale from that difference taken in "
+                         "float64, whatever the precision: it keeps about 16 significant digits, so the labels "
+                         f"are lost to cancellation (max |f − y| = {check.max_abs_error:.3g}, allowed "
                          f"{check.tol:.3g}); build without --skip, or bring X's first d_o coordinates towards "
-                         "the labels' scale", what="data out of range")
+                         "the labels' scale (within 2^±64 the build takes the difference at its own precision)",
+                         what="data out of range")
     if not check.passed:
         raise InputError(f"the weights memorize the data at unit scale, but not at its own scale ({scales}): "
                          f"there rank Z = {check.rank_Z} of T = {check.T}, max |f − y| = "

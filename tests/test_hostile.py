@@ -101,6 +101,12 @@ def test_skip_with_queries_far_above_the_labels_is_refused_for_cancellation_not_
     message = str(exc.value)
     assert "cancel" in message and "--skip" in message and "overflow" not in message, message
     build(data, 3)                                                      # without skip it builds
+    # An independent check: at 256 bits the message blamed float64 all the same, and the docs
+    # said data of any magnitude was accepted. Beyond 2^±64 the targets are float64 differences
+    # whatever the precision; the message says so and where the precision does carry them.
+    with pytest.raises(InputError) as exc:
+        build(data, 3, skip=True, precision="256")
+    assert "whatever the precision" in str(exc.value) and "2^±64" in str(exc.value), str(exc.value)
 
 
 def test_labels_at_the_edge_of_float64_are_refused_with_the_reason(small):
