@@ -59,14 +59,14 @@ def test_one_core_or_two_same_weights(kind, monkeypatch):
     data = synthetic(kind, T=capacity(12, 8, 8), n=8, d=12, seed=2)
     weights = []
     for threads in (1, 2):
-        monkeypatch.setattr(threads_module, "blas_threads", lambda: threads)
+        monkeypatch.setattr(threads_module, "outside_threads", lambda: threads)
         with threadpool_limits(threads, user_api="blas"):
             weights.append(build(data, 12, seed=1, precision="float64").weights)
     assert weights[0].to_bytes() == weights[1].to_bytes()
 
 
 def _two_thread_build(seed: int) -> float:
-    sys.modules["construct.arith.threads"].blas_threads = lambda: 2   # the helper thread, on any machine
+    sys.modules["construct.arith.threads"].outside_threads = lambda: 2   # the helper thread, on any machine
     data = synthetic("independent", T=capacity(4, N, N), n=N, d=D, seed=seed)
     return build(data, 4, seed=0).max_abs_error
 
@@ -74,7 +74,7 @@ def _two_thread_build(seed: int) -> float:
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is a POSIX start method")
 def test_a_forked_process_builds_after_its_parent_did(monkeypatch):
     """The helper thread of construct.arith.threads.together does not survive fork; the child makes its own."""
-    monkeypatch.setattr(sys.modules["construct.arith.threads"], "blas_threads", lambda: 2)
+    monkeypatch.setattr(sys.modules["construct.arith.threads"], "outside_threads", lambda: 2)
     assert _two_thread_build(0) <= 1e-9                          # the parent's helper exists now
     with multiprocessing.get_context("fork").Pool(1) as pool:
         assert pool.apply_async(_two_thread_build, (1,)).get(timeout=60) <= 1e-9

@@ -116,3 +116,35 @@ def test_a_process_forked_while_another_thread_holds_a_limit_gets_the_counts_bac
         holder.join()
     assert child == before
     assert _blas_threads() == before
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is a POSIX start method")
+def test_a_process_forked_after_the_engine_returned_keeps_the_counts_of_the_moment():
+    """A review: the counts saved when the engine's first limit opened outlived its last one, and
+    every forked child was set back to them, over a user's limit of the moment."""
+    _weights()
+    with threadpool_limits(1, user_api="blas"):
+        with multiprocessing.get_context("fork").Pool(1) as pool:
+            child = pool.apply_async(_counts_in_child).get(timeout=60)
+    assert set(child) == {1}
+
+
+def test_a_limit_that_fails_to_open_is_not_left_open(monkeypatch):
+    """A review: an error (or Ctrl-C) while a limit was being set left it in the table for good,
+    and every later request was held to one thread."""
+    from construct.arith import threads
+    before = _blas_threads()
+    real = threads._set_threads
+
+    def interrupted(pool, count):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(threads, "_set_threads", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        with blas_limit(1):
+            pass
+    monkeypatch.setattr(threads, "_set_threads", real)
+    assert _blas_threads() == before
+    with threads.scipy_threads(2):
+        inside = _blas_threads()
+    assert max(inside) == 2                          # scipy's pool: not held to one thread

@@ -83,7 +83,7 @@ class Float64(NumpyArithmetic):
         """BLAS on one thread for the construction's many small operations, and the passes over
         all examples in two halves on two threads when BLAS had more than one."""
         saved = self.parallel, self._threads
-        self._threads = threads.blas_threads()
+        self._threads = threads.outside_threads()
         self.parallel = self._threads > 1
         try:
             with threads.blas_limit(1):
@@ -93,7 +93,7 @@ class Float64(NumpyArithmetic):
 
     def heavy(self):
         """SciPy's BLAS pool with every thread (as many as BLAS had), NumPy's pool on one."""
-        return threads.scipy_threads(self._threads or threads.blas_threads())
+        return threads.scipy_threads(self._threads or threads.outside_threads())
 
     def rows(self, fn, n: int) -> list:
         return list(threads.halves(fn, n, self.parallel))

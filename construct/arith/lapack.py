@@ -9,7 +9,7 @@ import scipy.linalg as sla
 import scipy.sparse.linalg as spla
 
 from ..enclose import gamma
-from .threads import blas_threads, scipy_threads
+from .threads import outside_threads, scipy_threads
 
 EPS = float(np.finfo(np.float64).eps)
 
@@ -88,7 +88,7 @@ def triangular_extremes(R: np.ndarray, tol: float = 0.0, smallest: bool = True) 
     trmv, trsv = sla.blas.dtrmv, sla.blas.dtrsv
     gram = spla.LinearOperator((m, m), matvec=lambda v: trmv(R, trmv(R, v), trans=1), dtype=np.float64)
     inv = spla.LinearOperator((m, m), matvec=lambda v: trsv(R, trsv(R, v, trans=1)), dtype=np.float64)
-    with scipy_threads(blas_threads()):
+    with scipy_threads(outside_threads()):
         lam_max = spla.eigsh(gram, k=1, which="LA", v0=v0, tol=tol, return_eigenvectors=False)[0]
         if not smallest:
             return float(np.sqrt(lam_max)), float("nan")
@@ -130,7 +130,7 @@ def row_factor(Z: np.ndarray, sigma_above: float | None = None) -> tuple[np.ndar
     small, the QR straight away; the result does not depend on it.
     """
     T, k = Z.shape
-    with scipy_threads(blas_threads()):             # every large operation in scipy's BLAS
+    with scipy_threads(outside_threads()):             # every large operation in scipy's BLAS
         if 0 < T <= k and _gram_may_do(Z, sigma_above):
             G = syrk(Z)                                                 # upper triangle of Z Z^T
             with np.errstate(over="ignore", invalid="ignore"):
@@ -223,7 +223,7 @@ def _smallest_pair(R: np.ndarray) -> SmallestPair | None:
     trsv, trmv = sla.blas.dtrsv, sla.blas.dtrmv
     inv = spla.LinearOperator((m, m), matvec=lambda v: trsv(R, trsv(R, v, trans=1)), dtype=np.float64)
     v, pair = np.ones(m) / np.sqrt(m), None
-    with scipy_threads(blas_threads()):
+    with scipy_threads(outside_threads()):
         for tol, margin in PAIR_RUNS:
             try:
                 vals, vecs = spla.eigsh(inv, k=2, which="LA", v0=v, tol=tol)
@@ -302,7 +302,7 @@ def rayleigh_bounds(Z: np.ndarray, R: np.ndarray, delta: float, trace: float,
     nv = float(np.linalg.norm(v))
     # trace = fl(Σ fl(g_ii)) ≥ (1 − γ_k)(1 − γ_T)‖Z‖_F², and the square root and product round
     fro = np.sqrt(trace * (1 + 2 * gamma(k)) * (1 + 2 * gamma(T))) * (1 + 4 * EPS)    # ≥ ‖Z‖_F ≥ ‖Z‖₂
-    with scipy_threads(blas_threads()):
+    with scipy_threads(outside_threads()):
         t = Z.T @ v
         w = Z @ t
     nt = float(np.linalg.norm(t)) * (1 + gamma(k))
@@ -358,7 +358,7 @@ CHOLESKY_THREADED_MAX = 12000
 
 def cholesky_threads(order: int) -> int:
     """BLAS threads for a Cholesky factorization of this order (see CHOLESKY_THREADED_MAX)."""
-    return blas_threads() if order <= CHOLESKY_THREADED_MAX else 1
+    return outside_threads() if order <= CHOLESKY_THREADED_MAX else 1
 
 
 def syrk(Z: np.ndarray) -> np.ndarray:
@@ -384,7 +384,7 @@ _MIRROR_BLOCK = 512
 def gram(Z: np.ndarray) -> np.ndarray:
     """``Z Z^T`` (T, T) for ``Z`` (T, k), in Fortran order with both triangles filled (one
     symmetric rank-k update; the lower triangle is copied from the upper)."""
-    with scipy_threads(blas_threads()):
+    with scipy_threads(outside_threads()):
         G = syrk(Z)
     _mirror(G, to_lower=True)
     return G

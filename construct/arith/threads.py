@@ -62,39 +62,72 @@ def _set_threads(pool, threads: int) -> None:
             give_back()
 
 
+def _per_thread(pool) -> bool:
+    """Whether ``pool``'s limit belongs to the thread that sets it (OpenBLAS built on OpenMP)."""
+    return getattr(pool, "threading_layer", None) == "openmp"
+
+
 def _apply() -> None:
     """Give each library the count the open requests call for (``_policy_lock`` held)."""
     for pool in _blas_pools():
+        if _per_thread(pool):
+            continue
         wanted = [want[pool.filepath] for _, want in _requests.values() if pool.filepath in want]
         threads = min(wanted) if wanted else _baseline.get(pool.filepath)
         if threads is not None and pool.num_threads != threads:
             _set_threads(pool, threads)
 
 
+def _close(token: int) -> None:
+    """Close a request (``_policy_lock`` held); after the last, the counts from before come back."""
+    _requests.pop(token, None)
+    try:
+        _apply()
+    finally:
+        if not _requests:
+            _baseline.clear()
+
+
 @contextlib.contextmanager
 def _request(threads_of):
     """Context manager: BLAS runs on at most ``threads_of(library)`` threads per library while it
-    is open, however many threads of the process open requests meanwhile."""
-    with _policy_lock:
-        pools = _blas_pools()
-        if not _requests:
-            _baseline.clear()
-            _baseline.update({p.filepath: p.num_threads for p in pools})
-        token = next(_tokens)
-        _requests[token] = (threading.get_ident(), {p.filepath: threads_of(p) for p in pools})
-        _apply()
-    try:
-        yield
-    finally:
-        with _policy_lock:
-            del _requests[token]
-            _apply()
+    is open, however many threads of the process open requests meanwhile. A library whose limit
+    belongs to each thread (OpenBLAS on OpenMP) is limited in this thread alone, by threadpoolctl."""
+    token = next(_tokens)
+    with contextlib.ExitStack() as local:
+        try:
+            with _policy_lock:
+                pools = _blas_pools()
+                if not _requests:
+                    _baseline.clear()
+                    _baseline.update({p.filepath: p.num_threads for p in pools if not _per_thread(p)})
+                _requests[token] = (threading.get_ident(),
+                                    {p.filepath: threads_of(p) for p in pools if not _per_thread(p)})
+                _apply()
+            own = {p.filepath: threads_of(p) for p in pools if _per_thread(p)}
+            if own:
+                local.enter_context(_threadpools().limit(limits=own))
+            yield
+        finally:
+            with _policy_lock:
+                _close(token)
 
 
 def blas_threads() -> int:
     """Threads the BLAS libraries use now (the largest pool; 1 if none is found)."""
     with _policy_lock:
         return max([p.num_threads for p in _blas_pools()] or [1])
+
+
+def outside_threads() -> int:
+    """Threads the BLAS libraries use outside the engine's limits: while one is open (in any
+    thread), the counts from before the first opened; otherwise the counts now. What the engine
+    sizes its own requests by, so that a check that starts during another thread's build still
+    gets every thread once that build is done."""
+    with _policy_lock:
+        if _requests and _baseline:
+            return max(_baseline.values())
+    return blas_threads()
 
 
 def blas_limit(threads: int):
@@ -146,10 +179,9 @@ def _after_fork_in_child() -> None:
     global _policy_lock, _controller_lock
     _policy_lock, _controller_lock = threading.Lock(), threading.Lock()
     me = threading.get_ident()
-    for token in [t for t, (ident, _) in _requests.items() if ident != me]:
-        del _requests[token]
-    if _baseline:
-        _apply()
+    gone = [t for t, (ident, _) in _requests.items() if ident != me]
+    for token in gone:
+        _close(token)
 
 
 _helper: ThreadPoolExecutor | None = None
