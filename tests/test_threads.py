@@ -148,3 +148,28 @@ def test_a_limit_that_fails_to_open_is_not_left_open(monkeypatch):
     with threads.scipy_threads(2):
         inside = _blas_threads()
     assert max(inside) == 2                          # scipy's pool: not held to one thread
+
+
+def test_sessions_overlapping_in_two_threads_leave_the_shared_arithmetic_as_it_was():
+    """A review: FLOAT64 (one instance for the process) kept a session's two-thread split and
+    thread count after two sessions overlapped in two threads, so a later heavy step outside any
+    session ignored a user's limit of one thread."""
+    from construct.arith import FLOAT64
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+
+    def first():
+        with FLOAT64.session():
+            first_in.set()
+            second_in.wait(60)
+        first_out.set()
+
+    def second():
+        first_in.wait(60)
+        with FLOAT64.session():
+            second_in.set()
+            first_out.wait(60)
+
+    _in_threads(first, second)
+    assert FLOAT64.parallel is False
+    with threadpool_limits(1, user_api="blas"), FLOAT64.heavy():
+        assert set(_blas_threads()) == {1}

@@ -9,6 +9,7 @@ None of this changes a bit of the results: same seed, same weights, on any numbe
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import numpy as np
 
@@ -65,8 +66,19 @@ class Float64(NumpyArithmetic):
 
     def __init__(self):
         super().__init__()
-        self.parallel = False          # the two-thread split, decided when a session starts
-        self._threads = 0              # BLAS threads found when the session started
+        # A session's state belongs to the thread that opened it: FLOAT64 is one instance for the
+        # process, and sessions of two threads may overlap.
+        self._session = threading.local()
+
+    @property
+    def parallel(self) -> bool:
+        """Whether this thread's session splits its passes in two halves on two threads."""
+        return getattr(self._session, "parallel", False)
+
+    @property
+    def _threads(self) -> int:
+        """BLAS threads found when this thread's session started (0 outside a session)."""
+        return getattr(self._session, "threads", 0)
 
     @property
     def name(self) -> str:
@@ -82,14 +94,15 @@ class Float64(NumpyArithmetic):
     def session(self):
         """BLAS on one thread for the construction's many small operations, and the passes over
         all examples in two halves on two threads when BLAS had more than one."""
+        state = self._session
         saved = self.parallel, self._threads
-        self._threads = threads.outside_threads()
-        self.parallel = self._threads > 1
+        state.threads = threads.outside_threads()
+        state.parallel = state.threads > 1
         try:
             with threads.blas_limit(1):
                 yield self
         finally:
-            self.parallel, self._threads = saved
+            state.parallel, state.threads = saved
 
     def heavy(self):
         """SciPy's BLAS pool with every thread (as many as BLAS had), NumPy's pool on one."""
