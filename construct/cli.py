@@ -9,6 +9,7 @@ and a failed build writes no file.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import re
@@ -253,7 +254,7 @@ def _cmd_export(args) -> int:
 def _cmd_certify(args) -> int:
     from .certify import MAX_CERTIFICATE_BYTES, check_certificate, certify, read_certificate
     from .data import load_dataset
-    from .io import check_file_target
+    from .io import check_file_target, file_sha256, folder_lock
     from .limits import tolerance
     from .model import load_weights
     from .verify import DEFAULT_TOL
@@ -283,15 +284,27 @@ def _cmd_certify(args) -> int:
               "certificate REJECTED:\n  " + "\n  ".join(problems))
         return 0 if not problems else 1
     tol = tolerance(DEFAULT_TOL if args.tol is None else args.tol, "--tol")
+    inputs, folder, before = (Path(args.weights), Path(args.data)), None, None
     if args.out is not None:
         _not_an_input(args.out, weights=args.weights, data=args.data)
         check_file_target(args.out, "--out")          # before the work, not after it
+        # Beside its inputs (a build's folder), the certificate is written under that folder's
+        # lock, and only if the inputs are still the files certified: a build into the folder
+        # meanwhile would otherwise leave a certificate of the old weights beside the new ones.
+        here = Path(os.path.realpath(Path(args.out).parent))
+        if any(Path(os.path.realpath(p)).parent == here for p in inputs):
+            folder, before = here, [file_sha256(p) for p in inputs]
     weights, data = load_weights(args.weights), load_dataset(args.data)
     result = certify(weights, data, tol=tol, method=args.method or "auto",
                      progress=lambda note: print(f"mha-construct certify: {note}", file=sys.stderr, flush=True))
     lines = result.lines()
     if args.out is not None:
-        result.save(args.out)
+        with folder_lock(folder) if folder is not None else contextlib.nullcontext():
+            if folder is not None and [file_sha256(p) for p in inputs] != before:
+                raise InputError(f"{args.weights} or {args.data} changed while certifying (a build into "
+                                 f"{str(folder)!r}?): no certificate written; certify the files as they are now",
+                                 what="inputs changed")
+            result.save(args.out)
         again = shlex.join(["mha-construct", "certify", str(args.weights), str(args.data), "--check", str(args.out)])
         lines.append(f"wrote          {args.out}: the certificate (JSON; check it with `{again}`)")
     print("\n".join(lines))

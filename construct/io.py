@@ -499,6 +499,35 @@ def sha256(payload: bytes) -> str:
     return hashlib.sha256(payload).hexdigest()
 
 
+def file_sha256(path: str | os.PathLike) -> str:
+    """Hex sha256 of the file at ``path``, read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | os.PathLike):
+    """Hold, for the block, the lock :class:`OutputFolder` takes on ``folder`` (an existing
+    folder): a writer of one file into a build's folder is refused while a build writes it.
+
+    Raises:
+        InputError: another process holds it.
+        OutputError: the lock file cannot be made.
+    """
+    out = OutputFolder(folder, ())
+    try:
+        out._take_lock()
+    except OSError as exc:
+        raise _os_error(exc, f"{out._hidden}.lock", out.folder.parent) from None
+    try:
+        yield
+    finally:
+        out._undo()
+
+
 def load_npz(path: str | os.PathLike, *, what: str, allowed, other: tuple[str, Callable] | None = None,
              holds: str = "") -> dict[str, np.ndarray]:
     """Read the arrays of an ``.npz`` (never unpickles), sizing them before inflating anything.

@@ -984,3 +984,42 @@ def test_float64_enclosures_are_refused_where_subnormals_are_flushed(monkeypatch
         C.certify(weights, data, method="float64")
     cert = C.certify(weights, data)                                     # auto: the interval method
     assert cert.claims["method"] == "interval" and cert.passed
+
+
+def _small_build(folder: Path) -> None:
+    assert main(["build", "--out", str(folder), "--synthetic", "independent", "--heads", "2", "--context", "3",
+                 "--dim", "5", "--quiet"]) == 0
+
+
+def test_certify_into_a_folder_a_build_is_writing_is_refused(tmp_path, capsys):
+    # A finding left open in an earlier round: certify --out DIR/certificate.json took no lock, so
+    # a build into DIR meanwhile left a certificate of the old weights beside the new ones.
+    from construct.io import OutputFolder
+    run = tmp_path / "run"
+    _small_build(run)
+    with OutputFolder(run, ("weights.npz", "data.npz", "report.json")):   # as a build into run holds it
+        code = main(["certify", str(run / "weights.npz"), str(run / "data.npz"),
+                     "--out", str(run / "certificate.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and "being written by another mha-construct process" in err, err
+    assert not (run / "certificate.json").exists()
+
+
+def test_certify_does_not_write_a_certificate_for_files_that_changed_meanwhile(tmp_path, capsys, monkeypatch):
+    run, other = tmp_path / "run", tmp_path / "other"
+    _small_build(run)
+    assert main(["build", "--out", str(other), "--synthetic", "independent", "--heads", "2", "--context", "3",
+                 "--dim", "5", "--seed", "9", "--quiet"]) == 0
+    real = C.certify
+
+    def and_meanwhile_a_build(*args, **kwargs):          # the files change while certify works
+        out = real(*args, **kwargs)
+        (run / "weights.npz").write_bytes((other / "weights.npz").read_bytes())
+        return out
+
+    monkeypatch.setattr(C, "certify", and_meanwhile_a_build)
+    capsys.readouterr()
+    code = main(["certify", str(run / "weights.npz"), str(run / "data.npz"), "--out", str(run / "certificate.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and "changed while" in err, err
+    assert not (run / "certificate.json").exists()
