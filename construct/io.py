@@ -512,6 +512,8 @@ def file_sha256(path: str | os.PathLike) -> str:
 def folder_lock(folder: str | os.PathLike):
     """Hold, for the block, the lock :class:`OutputFolder` takes on ``folder`` (an existing
     folder): a writer of one file into a build's folder is refused while a build writes it.
+    Where no lock file can be made beside the folder (no permission, a read-only file system),
+    no build can be writing it, and the block runs without one.
 
     Raises:
         InputError: another process holds it.
@@ -521,6 +523,9 @@ def folder_lock(folder: str | os.PathLike):
     try:
         out._take_lock()
     except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            yield                      # no lock file can be made there, so no build is writing it
+            return
         raise _os_error(exc, f"{out._hidden}.lock", out.folder.parent) from None
     try:
         yield

@@ -1023,3 +1023,19 @@ def test_certify_does_not_write_a_certificate_for_files_that_changed_meanwhile(t
     err = capsys.readouterr().err
     assert code == 2 and "changed while" in err, err
     assert not (run / "certificate.json").exists()
+
+
+def test_certify_beside_its_inputs_in_a_folder_whose_parent_is_read_only(tmp_path, capsys, monkeypatch):
+    # No lock file can be made beside the folder, so no build can be writing it either: the
+    # certificate is written as before the lock was taken.
+    from construct.io import OutputFolder
+    run = tmp_path / "run"
+    _small_build(run)
+
+    def read_only(self):
+        raise PermissionError(13, "Permission denied", str(self.folder.parent))
+
+    monkeypatch.setattr(OutputFolder, "_take_lock", read_only)
+    code = main(["certify", str(run / "weights.npz"), str(run / "data.npz"), "--out", str(run / "certificate.json")])
+    assert code == 0, capsys.readouterr().err
+    assert (run / "certificate.json").is_file()
