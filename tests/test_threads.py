@@ -8,6 +8,9 @@ gives other weights from the same seed.
 
 import multiprocessing
 import os
+import subprocess
+import sys
+import textwrap
 import threading
 
 import pytest
@@ -51,10 +54,18 @@ def _weights() -> bytes:
     return build(DATA, 8, seed=0, precision="float64").weights.to_bytes()
 
 
+@pytest.fixture(scope="module")
+def reference() -> bytes:
+    """The weights of a build in the main thread, with no limit of anyone else's open."""
+    return _weights()
+
+
 @pytest.fixture(params=["as found", "a user's limit of 2, held by the main thread"])
-def blas_setting(request):
+def blas_setting(request, reference):
     """BLAS as the process has it, or on two threads by a limit the main thread holds meanwhile
-    (which, from threadpoolctl 3.8 on, makes that thread the one allowed to change it)."""
+    (which, from threadpoolctl 3.8 on, makes that thread the one allowed to change it: the
+    reference is built before it is entered, so the main thread still holds it when the
+    workers build)."""
     if request.param == "as found":
         yield
     else:
@@ -62,15 +73,13 @@ def blas_setting(request):
             yield
 
 
-def test_a_build_in_a_worker_thread_gives_the_main_threads_weights(blas_setting):
-    main = _weights()
+def test_a_build_in_a_worker_thread_gives_the_main_threads_weights(reference, blas_setting):
     (worker,) = _in_threads(_weights)
-    assert worker == main
+    assert worker == reference
 
 
-def test_builds_running_at_once_in_two_threads_give_the_same_weights(blas_setting):
-    main = _weights()
-    assert _in_threads(_weights, _weights) == [main, main]
+def test_builds_running_at_once_in_two_threads_give_the_same_weights(reference, blas_setting):
+    assert _in_threads(_weights, _weights) == [reference, reference]
 
 
 def test_the_limits_and_their_control_are_given_back():
@@ -139,15 +148,100 @@ def test_a_limit_that_fails_to_open_is_not_left_open(monkeypatch):
     def interrupted(pool, count):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(threads, "_set_threads", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        with blas_limit(1):
-            pass
-    monkeypatch.setattr(threads, "_set_threads", real)
-    assert _blas_threads() == before
-    with threads.scipy_threads(2):
-        inside = _blas_threads()
+    with threadpool_limits(2, user_api="blas"):          # (so that the limit has something to set)
+        before = _blas_threads()
+        monkeypatch.setattr(threads, "_set_threads", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            with blas_limit(1):
+                pass
+        monkeypatch.setattr(threads, "_set_threads", real)
+        assert _blas_threads() == before
+        with threads.scipy_threads(2):
+            inside = _blas_threads()
     assert max(inside) == 2                          # scipy's pool: not held to one thread
+
+
+def test_a_limit_interrupted_while_closing_gives_the_counts_back_at_the_next_one(monkeypatch):
+    """A review: Ctrl-C while the counts were being given back forgot them, and every later
+    request took one thread for what BLAS had before."""
+    from construct.arith import threads
+    real = threads._set_threads
+
+    def interrupted_when_giving_back(pool, count):
+        if count != 1:
+            raise KeyboardInterrupt
+        real(pool, count)
+
+    with threadpool_limits(2, user_api="blas"):
+        before = _blas_threads()
+        monkeypatch.setattr(threads, "_set_threads", interrupted_when_giving_back)
+        with pytest.raises(KeyboardInterrupt):
+            with blas_limit(1):
+                pass
+        monkeypatch.setattr(threads, "_set_threads", real)
+        with threads.scipy_threads(threads.outside_threads()):
+            inside = _blas_threads()
+        after = _blas_threads()
+    assert max(inside) == 2 and after == before
+
+
+def test_a_library_limited_per_thread_beside_a_process_wide_one_leaves_it_as_it_was(monkeypatch):
+    """A review: threadpoolctl's own (per-thread) limit, taken for OpenBLAS on OpenMP, gave every
+    library back the count it had seen on entry, after the engine's table had lowered the others."""
+    from construct.arith import threads
+    pools = [p["filepath"] for p in threadpool_info() if p["user_api"] == "blas"]
+    if len(pools) < 2:
+        pytest.skip("needs two BLAS libraries (numpy's and scipy's wheels)")
+    monkeypatch.setattr(threads, "_per_thread", lambda pool: pool.filepath == pools[0])
+    with threadpool_limits(2, user_api="blas"):
+        before = _blas_threads()
+        with blas_limit(1):
+            assert set(_blas_threads()) == {1}
+        assert _blas_threads() == before
+
+
+def test_a_check_that_starts_during_another_threads_build_gets_every_thread_once_it_ends():
+    """A request is sized by the counts outside the engine's limits, not by another thread's
+    limit of one that happens to be open when it starts."""
+    from construct.arith import threads
+    opened, release, closed = threading.Event(), threading.Event(), threading.Event()
+
+    def build_elsewhere():
+        with blas_limit(1):
+            opened.set()
+            release.wait(60)
+        closed.set()
+
+    with threadpool_limits(2, user_api="blas"):
+        holder = threading.Thread(target=build_elsewhere)
+        holder.start()
+        try:
+            assert opened.wait(60)
+            with threads.scipy_threads(threads.outside_threads()):
+                release.set()
+                assert closed.wait(60)
+                inside = _blas_threads()
+        finally:
+            release.set()
+            holder.join()
+    assert max(inside) == 2
+
+
+def test_a_session_on_the_helper_thread_does_not_wait_on_itself():
+    """A review: a session opened inside another session's half of a pass (on the helper thread)
+    split its own pass in two and queued half of it behind itself, for ever."""
+    script = textwrap.dedent("""
+        from construct.arith import FLOAT64
+        from construct.arith import threads
+        threads.outside_threads = lambda: 2                 # the two-thread split, on any machine
+        def part(lo, hi):
+            with FLOAT64.session():
+                return sum(FLOAT64.rows(lambda a, b: b - a, hi - lo))
+        with FLOAT64.session():
+            print(FLOAT64.rows(part, 8))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "[4, 4]", done.stderr
 
 
 def test_sessions_overlapping_in_two_threads_leave_the_shared_arithmetic_as_it_was():

@@ -45,13 +45,14 @@ def _blas_pools() -> list:
 # in a worker thread gets its limit while the main thread holds a threadpoolctl limit of its own.
 _policy_lock = threading.Lock()
 _requests: dict[int, tuple[int, dict[str, int]]] = {}     # token → (thread ident, {library: threads})
-_baseline: dict[str, int] = {}                           # the counts before the first open request
+_baseline: dict[str, int] = {}         # the counts before the first open request, until given back
 _tokens = itertools.count()
 
 
 def _set_threads(pool, threads: int) -> None:
     """Set ``pool``'s thread count from this thread, whichever thread threadpoolctl lets do so
-    now, and leave that right to nobody afterwards."""
+    now, and leave that right to nobody afterwards (another thread may take it between the two
+    steps: the caller checks the count)."""
     give_back = getattr(type(pool), "clear_controlling_thread", None)      # threadpoolctl >= 3.8
     if give_back is not None:
         give_back(force=True)
@@ -64,28 +65,36 @@ def _set_threads(pool, threads: int) -> None:
 
 def _per_thread(pool) -> bool:
     """Whether ``pool``'s limit belongs to the thread that sets it (OpenBLAS built on OpenMP)."""
-    return getattr(pool, "threading_layer", None) == "openmp"
+    return getattr(pool, "internal_api", None) == "openblas" and getattr(pool, "threading_layer", None) == "openmp"
 
 
 def _apply() -> None:
-    """Give each library the count the open requests call for (``_policy_lock`` held)."""
+    """Give each library the count the open requests call for, or with none open the count it
+    had before (``_policy_lock`` held). Every library is tried; the first error is raised after."""
+    failed = None
     for pool in _blas_pools():
         if _per_thread(pool):
             continue
         wanted = [want[pool.filepath] for _, want in _requests.values() if pool.filepath in want]
         threads = min(wanted) if wanted else _baseline.get(pool.filepath)
-        if threads is not None and pool.num_threads != threads:
-            _set_threads(pool, threads)
+        try:
+            for _ in range(3):                     # another thread may take threadpoolctl's control
+                if threads is None or pool.num_threads == threads:
+                    break
+                _set_threads(pool, threads)
+        except BaseException as exc:                # (Ctrl-C included) the other libraries first
+            failed = failed or exc
+    if failed is not None:
+        raise failed
 
 
 def _close(token: int) -> None:
-    """Close a request (``_policy_lock`` held); after the last, the counts from before come back."""
+    """Close a request (``_policy_lock`` held). After the last, the counts from before come back,
+    and are forgotten only once they have: an interrupted give-back is finished by the next."""
     _requests.pop(token, None)
-    try:
-        _apply()
-    finally:
-        if not _requests:
-            _baseline.clear()
+    _apply()
+    if not _requests:
+        _baseline.clear()
 
 
 @contextlib.contextmanager
@@ -98,25 +107,28 @@ def _request(threads_of):
         try:
             with _policy_lock:
                 pools = _blas_pools()
-                if not _requests:
-                    _baseline.clear()
+                if not _requests and not _baseline:          # (kept: a give-back was interrupted)
                     _baseline.update({p.filepath: p.num_threads for p in pools if not _per_thread(p)})
                 _requests[token] = (threading.get_ident(),
                                     {p.filepath: threads_of(p) for p in pools if not _per_thread(p)})
                 _apply()
             own = {p.filepath: threads_of(p) for p in pools if _per_thread(p)}
-            if own:
-                local.enter_context(_threadpools().limit(limits=own))
+            if own:                                 # threadpoolctl restores what it selected only
+                local.enter_context(_threadpools().select(filepath=list(own)).limit(limits=own))
             yield
         finally:
             with _policy_lock:
                 _close(token)
 
 
+def _counts_now() -> int:
+    return max([p.num_threads for p in _blas_pools()] or [1])
+
+
 def blas_threads() -> int:
     """Threads the BLAS libraries use now (the largest pool; 1 if none is found)."""
     with _policy_lock:
-        return max([p.num_threads for p in _blas_pools()] or [1])
+        return _counts_now()
 
 
 def outside_threads() -> int:
@@ -125,9 +137,9 @@ def outside_threads() -> int:
     sizes its own requests by, so that a check that starts during another thread's build still
     gets every thread once that build is done."""
     with _policy_lock:
-        if _requests and _baseline:
+        if _baseline:
             return max(_baseline.values())
-    return blas_threads()
+        return _counts_now()
 
 
 def blas_limit(threads: int):
@@ -174,6 +186,14 @@ def scipy_threads(threads: int):
     return _request(lambda pool: threads if pool.filepath in ours else 1)
 
 
+def _before_fork() -> None:
+    _policy_lock.acquire()                          # no fork while the table is half updated
+
+
+def _after_fork_in_parent() -> None:
+    _policy_lock.release()
+
+
 def _after_fork_in_child() -> None:
     """A forked child has only the thread that forked: requests of the others will never close."""
     global _policy_lock, _controller_lock
@@ -185,6 +205,11 @@ def _after_fork_in_child() -> None:
 
 
 _helper: ThreadPoolExecutor | None = None
+_on_helper = threading.local()
+
+
+def _mark_helper() -> None:
+    _on_helper.yes = True
 
 
 def _forget_helper() -> None:
@@ -194,7 +219,8 @@ def _forget_helper() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_helper)
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
 
 
 def together(first, second, parallel: bool) -> tuple:
@@ -204,13 +230,15 @@ def together(first, second, parallel: bool) -> tuple:
     that scipy wraps as thread-safe (``tpqrt``), release the GIL, so two of them take two
     cores, with BLAS on one thread (:func:`blas_limit`) so that no OpenBLAS worker busy-waits
     beside them. The work does not depend on ``parallel``: same seed, same bits, any core count.
-    There is one helper thread, so ``first`` must not call :func:`together` itself.
+    There is one helper thread: called on it (a session opened inside a half of a pass), both
+    run there in turn, since a second half queued behind the first would wait for ever.
     """
     global _helper
-    if not parallel:
+    if not parallel or getattr(_on_helper, "yes", False):
         return first(), second()
     if _helper is None:
-        _helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mha-construct")
+        _helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mha-construct",
+                                     initializer=_mark_helper)
     # In the caller's context: NumPy's error state (np.errstate) is a context variable, and the
     # helper's half of a pass must treat overflow as the caller's half does.
     pending = _helper.submit(contextvars.copy_context().run, first)
