@@ -760,8 +760,8 @@ def check_certificate(cert: dict, weights: Weights, data: Dataset) -> list[str]:
         raise InputError("not a JSON-like object of numbers and strings", what="invalid certificate") from None
     try:
         tol = tolerance(cert["tol"], "tol")
-    except InputError:
-        raise InputError(f"field tol is {_excerpt(cert['tol'])}, not a finite positive number",
+    except InputError as exc:
+        raise InputError(f"field tol is {_excerpt(cert['tol'])}: {str(exc).split(': ', 1)[-1]}",
                          what="invalid certificate") from None
     bits, top = cert.get("interval_bits"), default_bits(checked_weights(weights))
     if bits is not None and not 53 <= bits <= top:

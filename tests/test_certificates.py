@@ -881,6 +881,7 @@ def test_a_check_message_shows_long_values_whole_at_both_ends(env, tmp_path):
 
 
 @pytest.mark.parametrize("field, value, needles", [("tol", -1e-8, ["field tol", "positive"]),
+                                                   ("tol", 1e-320, ["field tol", "smallest normal"]),
                                                    ("interval_bits", 20, ["field interval_bits", "53"]),
                                                    ("interval_bits", "85", ["interval_bits", "not an int"])])
 def test_a_bad_certificate_field_is_named_as_a_field_not_an_option(env, tmp_path, field, value, needles):
