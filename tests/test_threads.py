@@ -138,23 +138,29 @@ def test_a_process_forked_after_the_engine_returned_keeps_the_counts_of_the_mome
     assert set(child) == {1}
 
 
+def _open_a_limit_with(monkeypatch, set_threads) -> None:
+    """Open and close a limit of one thread while counts are set by ``set_threads``, which
+    raises KeyboardInterrupt (a Ctrl-C) somewhere; then the real setter again."""
+    from construct.arith import threads
+    real = threads._set_threads
+    monkeypatch.setattr(threads, "_set_threads", set_threads)
+    with pytest.raises(KeyboardInterrupt):
+        with blas_limit(1):
+            pass
+    monkeypatch.setattr(threads, "_set_threads", real)
+
+
 def test_a_limit_that_fails_to_open_is_not_left_open(monkeypatch):
     """A review: an error (or Ctrl-C) while a limit was being set left it in the table for good,
     and every later request was held to one thread."""
     from construct.arith import threads
-    before = _blas_threads()
-    real = threads._set_threads
 
     def interrupted(pool, count):
         raise KeyboardInterrupt
 
     with threadpool_limits(2, user_api="blas"):          # (so that the limit has something to set)
         before = _blas_threads()
-        monkeypatch.setattr(threads, "_set_threads", interrupted)
-        with pytest.raises(KeyboardInterrupt):
-            with blas_limit(1):
-                pass
-        monkeypatch.setattr(threads, "_set_threads", real)
+        _open_a_limit_with(monkeypatch, interrupted)
         assert _blas_threads() == before
         with threads.scipy_threads(2):
             inside = _blas_threads()
@@ -174,11 +180,7 @@ def test_a_limit_interrupted_while_closing_gives_the_counts_back_at_the_next_one
 
     with threadpool_limits(2, user_api="blas"):
         before = _blas_threads()
-        monkeypatch.setattr(threads, "_set_threads", interrupted_when_giving_back)
-        with pytest.raises(KeyboardInterrupt):
-            with blas_limit(1):
-                pass
-        monkeypatch.setattr(threads, "_set_threads", real)
+        _open_a_limit_with(monkeypatch, interrupted_when_giving_back)
         with threads.scipy_threads(threads.outside_threads()):
             inside = _blas_threads()
         after = _blas_threads()
