@@ -130,7 +130,7 @@ def row_factor(Z: np.ndarray, sigma_above: float | None = None) -> tuple[np.ndar
     small, the QR straight away; the result does not depend on it.
     """
     T, k = Z.shape
-    with scipy_threads(outside_threads()):             # every large operation in scipy's BLAS
+    with scipy_threads(outside_threads()):          # every large operation in scipy's BLAS
         if 0 < T <= k and _gram_may_do(Z, sigma_above):
             G = syrk(Z)                                                 # upper triangle of Z Z^T
             with np.errstate(over="ignore", invalid="ignore"):
