@@ -17,9 +17,9 @@ Documented limits:
 from __future__ import annotations
 
 import math
-import sys
 import numbers
 import os
+import sys
 
 import numpy as np
 

@@ -68,9 +68,9 @@ def build_scaled(data: Dataset, exponents: tuple[int, int, int], skip: bool, tol
         raise InputError(f"with --skip the output is x's first d_o coordinates (up to {skip_top:.3g}) plus the "
                          f"heads' outputs, and the labels (up to {float(np.abs(data.Y).max()):.3g}) are their "
                          "difference. Data beyond 2^±64 is built at unit scale from that difference taken in "
-                         "float64, whatever the precision: it keeps about 16 significant digits, too few of the "
-                         "labels' for this tolerance, lost to cancellation "
-                         f"(max |f − y| = {check.max_abs_error:.3g}, allowed "
+                         "float64, whatever the precision: it keeps about 16 significant digits of the sum, "
+                         "too few of the labels' digits for this tolerance (lost to cancellation: "
+                         f"max |f − y| = {check.max_abs_error:.3g}, allowed "
                          f"{check.tol:.3g}); build without --skip, or bring X's first d_o coordinates towards "
                          "the labels' scale (within 2^±64 the build takes the difference at its own precision)",
                          what="data out of range")
