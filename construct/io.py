@@ -67,6 +67,28 @@ def _write_file(path: Path, payload: bytes, mode: int) -> None:
         os.close(fd)
 
 
+def _status(path: Path, kind: Callable[[int], bool]) -> os.stat_result | None:
+    """``path``'s status where it is of that kind (``stat.S_ISREG``, ``stat.S_ISDIR``), else None."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st if kind(st.st_mode) else None
+
+
+def _keep_mode(path: Path, old: os.stat_result | None) -> None:
+    """Give ``path`` (a replacement, not yet in place) the group and permission bits of what it
+    replaces, as writing into the old file would have kept them. The group goes first, so that a
+    setgid bit survives where the user may set it; where the system refuses the group, the
+    permissions are still kept (and a setgid bit the kernel drops stays dropped)."""
+    if old is None:
+        return
+    with contextlib.suppress(OSError):
+        if path.stat().st_gid != old.st_gid:
+            os.chown(path, -1, old.st_gid)
+    os.chmod(path, stat.S_IMODE(old.st_mode))
+
+
 def _fsync_dir(path: Path) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -171,8 +193,9 @@ def _regular_or_absent(path: Path, label: str = "output") -> None:
 def write_atomic(path: str | os.PathLike, payload: bytes) -> None:
     """Write ``payload`` to ``path`` through a hidden temporary file and a rename.
 
-    The file gets the permissions a plain ``open(path, "wb")`` would give (``0o666`` less the
-    umask). The temporary file's name carries the writer's process id, so a later write to the
+    The file gets the permissions a plain ``open(path, "wb")`` would give: those of the file it
+    replaces (and its group, where the system lets the writer set it), else ``0o666`` less the
+    umask. The temporary file's name carries the writer's process id, so a later write to the
     same path removes what a killed writer left behind.
 
     Raises:
@@ -206,6 +229,7 @@ def write_atomic_many(files: list[tuple[str | os.PathLike, bytes]]) -> None:
                 tmp = path.parent / f".{_stem(path.name, path.parent)}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
                 written.append((tmp, path))
                 _write_file(tmp, payload, 0o666 & ~_umask())
+                _keep_mode(tmp, _status(path, stat.S_ISREG))
                 if path.is_dir():
                     raise IsADirectoryError(21, "a folder of that name is in the way")
             except OSError as exc:
@@ -329,7 +353,8 @@ class OutputFolder:
       swaps it with the folder in one atomic step (``renameat2(RENAME_EXCHANGE)``; where the
       system lacks it, two renames, between which the folder is briefly absent), then removes the
       old set. At every moment, also after a kill, the folder holds the complete old set or the
-      complete new set; ``force`` replaces its whole content.
+      complete new set; ``force`` replaces its whole content. The new folder keeps the old one's
+      permissions and group (a private folder stays private).
 
     Raises:
         InputError: the path is not a folder, another process is writing it, or it holds other
@@ -443,8 +468,9 @@ class OutputFolder:
             os.mkdir(stage)
             for name, payload in files.items():
                 _write_file(stage / name, payload, 0o666 & ~_umask())
-            _fsync_dir(stage)
             name = folder.name
+            _keep_mode(stage, _status(folder, stat.S_ISDIR))   # a private folder stays private
+            _fsync_dir(stage)
             if folder.is_dir():
                 if not _exchange(stage, folder):
                     old = parent / f"{self._hidden}-{os.getpid()}-old"

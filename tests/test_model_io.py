@@ -90,6 +90,41 @@ def test_outputs_get_ordinary_file_permissions(tmp_path):
     assert (tmp_path / "f.bin").stat().st_mode & 0o777 == 0o644
 
 
+def test_replacing_a_file_keeps_its_permissions(tmp_path):
+    # A hostile trial: a private 0600 certificate came back 0644 after `certify --out` replaced it,
+    # where a plain open(path, "wb") keeps the file's mode.
+    import os
+    target = tmp_path / "secret.json"
+    target.write_bytes(b"old")
+    os.chmod(target, 0o600)
+    old = os.umask(0o022)
+    try:
+        write_atomic(target, b"new")
+    finally:
+        os.umask(old)
+    assert target.read_bytes() == b"new" and target.stat().st_mode & 0o7777 == 0o600
+
+
+def test_replacing_an_output_folder_keeps_its_permissions(tmp_path):
+    # A hostile trial: build --out into a private 0700 folder swapped in a 0755 one (and dropped
+    # a setgid bit), making the weights and data readable to every user.
+    import os
+
+    from construct.io import OutputFolder
+    for mode in (0o700, 0o2750):
+        folder = tmp_path / f"run{mode:o}"
+        folder.mkdir()
+        os.chmod(folder, mode)
+        old = os.umask(0o022)
+        try:
+            with OutputFolder(folder, ["a.bin"]) as out:
+                out.publish({"a.bin": b"x"})
+        finally:
+            os.umask(old)
+        assert (folder / "a.bin").read_bytes() == b"x"
+        assert folder.stat().st_mode & 0o7777 == mode
+
+
 def test_weights_arrays_are_fresh_copies():
     # Weights.arrays() hands out copies: changing one changes neither the weights nor a second call.
     from construct import build, synthetic
