@@ -1040,3 +1040,31 @@ def test_certify_beside_its_inputs_in_a_folder_whose_parent_is_read_only(tmp_pat
     code = main(["certify", str(run / "weights.npz"), str(run / "data.npz"), "--out", str(run / "certificate.json")])
     assert code == 0, capsys.readouterr().err
     assert (run / "certificate.json").is_file()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(-1, 1).filter(bool), st.integers(2**52, 2**53 - 1), st.integers(-1200, 1100))
+def test_interval_ends_are_rounded_outwards_to_float64_beyond_its_range_too(sign, mantissa, exponent):
+    # The ends of an interval go to float64 rounded outwards: a lower end above the largest float
+    # is that float (inf would exceed it), an upper end below −max is −max; past the range the
+    # other way, ±inf. The conversion also printed NumPy's overflow warning (a hostile trial).
+    import math
+
+    import mpmath
+
+    from construct.arith.interval import Interval
+    iv = Interval(80)
+    with iv.working():
+        x = mpmath.mpf(sign * mantissa) * mpmath.mpf(2) ** exponent            # 53 bits: exact at 80
+        a = np.array([mpmath.iv.mpf([x, x])], dtype=object)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            lo, hi, mag = float(iv.lower(a)[0]), float(iv.upper(a)[0]), float(iv.magnitude(a)[0])
+        for bound, below in ((lo, True), (hi, False), (mag, False)):
+            value = abs(x) if bound is mag else x
+            assert (mpmath.mpf(bound) <= value if below else mpmath.mpf(bound) >= value) if math.isfinite(bound) \
+                else (bound < 0) == below
+            # and the nearest float in that direction: the next one is past the value
+            step = math.nextafter(bound, math.inf if below else -math.inf)
+            if math.isfinite(step):
+                assert mpmath.mpf(step) > value if below else mpmath.mpf(step) < value

@@ -457,6 +457,20 @@ def test_no_runtime_warning_reaches_stderr_and_the_report_is_strict_json(tmp_pat
         assert proc.returncode == 0 and "Warning" not in proc.stderr, (cmd, proc.stderr)
 
 
+def test_outputs_beyond_float64_print_no_warning_when_certified_by_intervals(tmp_path, small):
+    # A hostile trial: weights whose outputs pass float64's range (W_O and W_D times 1e308) were
+    # judged right ("the enclosure of the outputs is not finite"), but stderr also got NumPy's
+    # "RuntimeWarning: overflow encountered in <lambda>" from rounding the interval ends to float64.
+    w = build(small, 3).weights.arrays()
+    w["W_O"], w["W_D"] = w["W_O"] * 1e308, w["W_D"] * 1e308
+    (tmp_path / "w.npz").write_bytes(npz_bytes(w))
+    (tmp_path / "d.npz").write_bytes(small.to_bytes())
+    for method in ("interval", "auto"):
+        done = cli("certify", tmp_path / "w.npz", tmp_path / "d.npz", "--method", method)
+        assert done.returncode == 1 and "not finite" in done.stdout, (done.stdout, done.stderr)
+        assert "Warning" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
 def test_a_read_only_file_system_is_a_clear_write_error(tmp_path, monkeypatch):
     # On a read-only file system even removing a temporary file that was never made fails
     # (EROFS, not ENOENT): the error is still the one that names the file and the folder.

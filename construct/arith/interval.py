@@ -8,6 +8,7 @@ that enclose the exact real-number values.
 from __future__ import annotations
 
 import contextlib
+import math
 
 import mpmath
 import numpy as np
@@ -20,7 +21,17 @@ _mid = np.frompyfunc(lambda v: mpmath.mpf(v.mid), 1, 1)
 
 
 def _rounded(value, rounding: str) -> float:
-    return float(mpmath.fadd(value, 0, rounding=rounding, prec=53))
+    """``value`` rounded to float64 up (``"u"``) or down (``"d"``), as IEEE-754's directed
+    roundings do, subnormal numbers and the ends of the range included (past the largest float,
+    away from zero ±inf, towards zero ±max): the float nearest to ``value``, then one step back
+    where it lies on the wrong side."""
+    value = mpmath.mpf(value)
+    f = float(value)
+    if rounding == "u" and mpmath.mpf(f) < value:
+        f = math.nextafter(f, math.inf)
+    elif rounding == "d" and mpmath.mpf(f) > value:
+        f = math.nextafter(f, -math.inf)
+    return f
 
 
 _upper = np.frompyfunc(lambda v: _rounded(mpmath.mpf(v.b), "u"), 1, 1)
@@ -64,15 +75,18 @@ class Interval(Mpmath):
 
     def upper(self, A) -> np.ndarray:
         """Upper ends, rounded up to float64."""
-        return _upper(A).astype(np.float64)
+        with np.errstate(over="ignore"):            # beyond float64: ±inf, the bound rounded outwards
+            return _upper(A).astype(np.float64)
 
     def lower(self, A) -> np.ndarray:
         """Lower ends, rounded down to float64."""
-        return _lower(A).astype(np.float64)
+        with np.errstate(over="ignore"):            # beyond float64: ±inf, the bound rounded outwards
+            return _lower(A).astype(np.float64)
 
     def magnitude(self, A) -> np.ndarray:
         """Upper bounds on ``|A|``, rounded up to float64."""
-        return _magnitude(A).astype(np.float64)
+        with np.errstate(over="ignore"):            # beyond float64: ±inf, the bound rounded outwards
+            return _magnitude(A).astype(np.float64)
 
     def right_inverse(self, Z):
         """An approximate right inverse of the midpoints of ``Z`` (``mpf``; only its residual
