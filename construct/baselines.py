@@ -23,7 +23,7 @@ import numpy as np
 
 from .data import Dataset, checked
 from .errors import InputError
-from .limits import integer
+from .limits import flag, integer
 from .model import MATRICES, Weights
 
 
@@ -68,6 +68,7 @@ def gradient_descent(data: Dataset, heads: int, *, head_dim: int | None = None, 
 
     data = checked(data)
     H, steps = integer(heads, "heads"), integer(steps, "steps")
+    skip, seed = flag(skip, "skip"), integer(seed, "seed", 0)
     d, d_o = data.d, data.d_o
     d_h = data.n if head_dim is None else integer(head_dim, "head_dim")
     d_v = d_o if value_dim is None else integer(value_dim, "value_dim")

@@ -24,7 +24,7 @@ from .errors import ConstructionError, InputError, numpy_error_defaults
 from .evidence import BuildResult, HeadEvidence, HeadStep, HeadTrace
 from .first_head import first_head
 from .later_head import later_head
-from .limits import allowed_error, flag, integer, require_memory, tolerance
+from .limits import allowed_error, callback, flag, integer, require_memory, tolerance
 from .model import (PRELAYERS, Weights, capacity, feature_matrix, heads_needed, mean_shift, output_from_features,
                     sealed)
 from .partition import partition, refuse_identical_inputs, refusal, remedies, violations
@@ -98,6 +98,7 @@ def build(data: Dataset, heads: int | None = None, *, head_dim: int | None = Non
     seed = integer(seed, "seed", 0)
     tol = tolerance(tol)
     skip, trace = flag(skip, "skip"), flag(trace, "trace")
+    progress = callback(progress, "progress")
     if scale not in SCALES:
         raise InputError(f"scale must be one of {', '.join(SCALES)}, got {scale!r}", what="invalid option")
     try:

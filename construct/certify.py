@@ -54,7 +54,7 @@ from .arith.threads import row_blocks
 from .data import Dataset, checked
 from .errors import ConstructError, InputError, numpy_error_defaults
 from .io import json_bytes, sha256, write_atomic
-from .limits import allowed_error, integer, tolerance
+from .limits import allowed_error, callback, integer, tolerance
 from .model import Weights, check_compatible, checked_weights, feature_matrix, layer_inputs, output_from_features
 from .verify import DEFAULT_TOL
 
@@ -188,6 +188,7 @@ def certify(weights: Weights, data: Dataset, *, tol: float = DEFAULT_TOL, bits: 
         InputError: the weights do not fit the data, an unknown method, or a bad ``tol``/``bits``.
     """
     weights, data, tol = checked_weights(weights), checked(data), tolerance(tol)
+    progress = callback(progress, "progress")
     check_compatible(weights, data.d, data.d_o)
     if method not in METHODS:
         raise InputError(f"method must be one of {', '.join(METHODS)}, got {method!r}", what="invalid option")
@@ -694,6 +695,9 @@ def read_certificate(text: str | bytes) -> dict:
             raise _Refused(f"field {twice[0]!r} appears twice")
         return dict(pairs)
 
+    if not isinstance(text, (str, bytes, bytearray)):
+        raise InputError(f"expected a certificate's JSON text (str or bytes), got {type(text).__name__} "
+                         "(for a file: read_certificate(Path(name).read_bytes()))", what="invalid arguments")
     if len(text) > MAX_CERTIFICATE_BYTES:
         raise refuse(f"{len(text)} bytes is more than a certificate holds ({MAX_CERTIFICATE_BYTES} at most)")
     try:

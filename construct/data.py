@@ -13,7 +13,7 @@ import numpy as np
 
 from .errors import InputError
 from .io import load_npz, npz_bytes
-from .limits import as_float64, finite_examples, integer, real_array, require_memory
+from .limits import as_float64, finite_examples, flag, integer, real_array, require_memory, shape_of
 
 SYNTHETIC_KINDS = ("independent", "shared", "general-position")
 
@@ -74,6 +74,10 @@ class Dataset:
         return load_dataset(path)
 
     def __repr__(self) -> str:
+        shapes = {k: shape_of(getattr(self, k)) for k in ("E", "X", "Y")}
+        if [None if s is None else len(s) for s in shapes.values()] != [3, 2, 2]:
+            # made by hand and not validated (as_dataset checks): the arrays' shapes as they are
+            return f"Dataset({', '.join(f'{k}: {s or type(getattr(self, k)).__name__}' for k, s in shapes.items())})"
         classes = "" if self.classes is None else f", classes={len(self.classes)}"
         return f"Dataset(T={self.T}, n={self.n}, d={self.d}, d_o={self.d_o}{classes})"
 
@@ -102,14 +106,14 @@ def as_dataset(E, X, Y=None, *, labels=None) -> Dataset:
         InputError: every problem found, each naming the array and the examples.
     """
     classes = None
-    if (Y is None) == (labels is None):
-        raise InputError("give exactly one of Y (targets) and labels (integer classes)", what="invalid dataset")
-    if labels is not None:
-        Y, classes = as_one_hot(labels)
     problems: list[str] = []
+    if (Y is None) == (labels is None):
+        problems.append("give exactly one of Y (targets) and labels (integer classes)")
+    elif labels is not None:
+        Y, classes = as_one_hot(labels)
     E = _numeric("E", E, problems)
     X = _numeric("X", X, problems)
-    Y = _numeric("Y", Y, problems)
+    Y = None if Y is None else _numeric("Y", Y, problems)
     if E is not None and E.ndim != 3:
         problems.append(f"E: expected shape (T, n, d), got {E.ndim}-D array of shape {E.shape}")
         E = None
@@ -247,7 +251,7 @@ def synthetic(kind: str, *, T: int, n: int, d: int, d_o: int = 1, seed: int = 0,
     """
     T, n, d, d_o = (integer(v, name) for name, v in
                     (("examples T", T), ("context n", n), ("dim d", d), ("out-dim d_o", d_o)))
-    seed = integer(seed, "seed", 0)
+    seed, positional = integer(seed, "seed", 0), flag(positional, "positional")
     if kind not in SYNTHETIC_KINDS:
         raise InputError(f"unknown synthetic kind {kind!r}; choose one of {', '.join(SYNTHETIC_KINDS)}",
                          what="invalid synthetic problem")

@@ -23,7 +23,7 @@ import numpy as np
 
 from .data import Dataset, as_dataset, sinusoidal_encoding
 from .errors import InputError
-from .limits import integer, require_memory
+from .limits import flag, integer, require_memory
 
 NAMES = ("digits", "tokens")
 
@@ -36,6 +36,7 @@ def digits(count: int = 301, *, patch: int = 4, positional: bool = True, query: 
             divide 8, or an unknown ``query``.
     """
     count, patch = integer(count, "count"), integer(patch, "patch")
+    positional = flag(positional, "positional")
     if 8 % patch or patch == 8:
         raise InputError(f"patch must divide 8 and be smaller than 8 (1, 2 or 4), got {patch}", what="invalid option")
     if query not in ("mean", "cls"):

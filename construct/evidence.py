@@ -136,7 +136,9 @@ class BuildResult:
         """Write ``weights.npz``, ``data.npz`` and ``report.json`` into ``folder`` as one set, as
         ``mha-construct build --out`` does (``force``: replace a folder holding other files)."""
         from .io import OutputFolder, json_bytes, sha256
+        from .limits import flag
         from .report import build_report
+        force = flag(force, "force")
         weights, data = self.weights.to_bytes(), self.data.to_bytes()
         source = {"source": "python"}
         if self.data.classes is not None:           # integer labels: the id of each column of Y

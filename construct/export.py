@@ -23,11 +23,11 @@ from __future__ import annotations
 import io
 import os
 import re
-from pathlib import Path
 
 import numpy as np
 
 from .errors import InputError, numpy_error_defaults
+from .io import as_path
 from .model import MATRICES as _NAMES
 from .model import PRELAYER_VERSION, Weights, as_weights, check_compatible, checked_weights
 
@@ -206,7 +206,7 @@ def evaluate(path: str | os.PathLike, fmt: str, E: np.ndarray, X: np.ndarray) ->
     by this package's forward pass (the format holds arrays, no computation)."""
     if fmt not in FORMATS:
         raise InputError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}", what="invalid option")
-    path = Path(path)
+    path = as_path(path, "path")
     if fmt == "onnx":
         import onnxruntime as ort
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -246,6 +246,7 @@ def export(weights: Weights, fmt: str, out: str | os.PathLike, *, dtype: str = "
     from .io import write_atomic
     from .limits import allowed_error, tolerance
     from .verify import DEFAULT_TOL, FLOAT32_TOL
+    out = as_path(out, "out")
     tol = tolerance((DEFAULT_TOL if dtype == "float64" else FLOAT32_TOL) if tol is None else tol)
     # Each format's library has its extra of the same name; ONNX files are checked by onnxruntime.
     needed = ([fmt] if fmt in FORMATS else []) + (["onnxruntime"] if fmt == "onnx" and data is not None else [])

@@ -132,6 +132,26 @@ def _name_max(path: Path) -> int:
     return 255
 
 
+def as_path(value, label: str) -> Path:
+    """A path argument (``str``, ``bytes`` or ``os.PathLike``) as a :class:`~pathlib.Path`.
+
+    Raises:
+        InputError: anything else (``None``, a number, an open file), or a name holding a NUL
+            character (no system takes one), naming ``label``.
+    """
+    if isinstance(value, (str, bytes, os.PathLike)):
+        try:
+            name = os.fsdecode(value)
+        except TypeError:                                   # a PathLike that returns neither
+            name = None
+        if isinstance(name, str) and "\0" not in name:
+            return Path(name)
+        if isinstance(name, str):
+            raise InputError(f"{label}: the path {name!r} holds a NUL character", what="invalid arguments")
+    raise InputError(f"{label}: expected a path (str, bytes or os.PathLike), got {type(value).__name__}",
+                     what="invalid arguments")
+
+
 def check_names_fit(path: str | os.PathLike, label: str) -> None:
     """Refuse an output path with a name longer than the file system allows (the OS would say
     only "[Errno 36] File name too long").
@@ -139,7 +159,7 @@ def check_names_fit(path: str | os.PathLike, label: str) -> None:
     Raises:
         InputError: naming ``label``, the name's length and the limit.
     """
-    path = Path(path)
+    path = as_path(path, label)
     limit = _name_max(path)
     for part in path.parts:
         size = len(os.fsencode(part))
@@ -158,7 +178,7 @@ def check_file_target(path: str | os.PathLike, label: str) -> None:
     Raises:
         InputError: naming ``label`` (the option) and the path.
     """
-    path = Path(path)
+    path = as_path(path, label)
     check_names_fit(path, label)
     if path.is_dir():
         raise InputError(f"{label} {str(path)!r} is a folder: name a file", what="invalid output")
@@ -216,13 +236,13 @@ def write_atomic_many(files: list[tuple[str | os.PathLike, bytes]]) -> None:
     Raises:
         OutputError: as :func:`write_atomic`, naming the file that could not be written.
     """
+    files = [(as_path(path, "output"), payload) for path, payload in files]
     for path, _ in files:
-        _regular_or_absent(Path(path))
+        _regular_or_absent(path)
     made: list[Path] = []                       # folders made here, parents first
     written: list[tuple[Path, Path]] = []       # (temporary, target)
     try:
         for path, payload in files:
-            path = Path(path)
             try:
                 _make_folders(path.parent, made)
                 _sweep(path)
@@ -363,7 +383,7 @@ class OutputFolder:
     """
 
     def __init__(self, folder: str | os.PathLike, names, *, force: bool = False):
-        self.folder = Path(os.path.realpath(folder))
+        self.folder = Path(os.path.realpath(as_path(folder, "output folder")))
         self.names = frozenset(names)
         self.force = force
         self._lock: int | None = None
@@ -582,7 +602,7 @@ def load_npz(path: str | os.PathLike, *, what: str, allowed, other: tuple[str, C
         InputError: the file is missing or not an ``.npz`` archive, or any problem above; the
             message names the file and each offending array.
     """
-    path = Path(path)
+    path = as_path(path, f"{what} file")
     cannot = f"cannot read {what}"
     try:
         is_file = path.is_file()
@@ -669,6 +689,9 @@ def _member_size(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple[int, 
         raise ValueError(f"its header declares the shape {shape!r}, with a negative size: a damaged or forged archive")
     nbytes = math.prod(shape) * dtype.itemsize
     if info.file_size != header + nbytes:
-        raise ValueError(f"its header declares {gib(nbytes)} of data but the member holds "
-                         f"{gib(max(info.file_size - header, 0))}: a damaged or forged archive")
+        declared, held = gib(nbytes), gib(max(info.file_size - header, 0))
+        if declared == held:                         # a few bytes apart: the bytes themselves
+            declared, held = f"{nbytes:,} bytes", f"{info.file_size - header:,} bytes"
+        raise ValueError(f"its header declares {declared} of data but the member holds {held}: a damaged or "
+                         "forged archive")
     return nbytes, 0 if dtype == np.float64 else 8 * math.prod(shape)

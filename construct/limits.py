@@ -45,6 +45,25 @@ def integer(value, name: str, minimum: int = 1) -> int:
     return int(value)
 
 
+def shape_of(value) -> tuple[int, ...] | None:
+    """``value``'s shape as NumPy reads it (a list's too), or None where it has none (ragged)."""
+    try:
+        return np.shape(value)
+    except (ValueError, TypeError):
+        return None
+
+
+def callback(value, name: str):
+    """``value`` if it is None or callable (a function the engine calls as it goes).
+
+    Raises:
+        InputError: anything else, before any work (it would fail only once called).
+    """
+    if value is None or callable(value):
+        return value
+    raise InputError(f"{name} must be a function or None, got {type(value).__name__}", what="invalid option")
+
+
 def flag(value, name: str) -> bool:
     """``value`` as a ``bool`` if it is one (Python or NumPy, a 0-d array too), or the integer 0 or 1.
 
@@ -154,6 +173,9 @@ def real_array(name: str, value, problems: list[str]) -> np.ndarray | None:
         rows = mask.any(axis=tuple(range(1, mask.ndim))) if mask.ndim else np.array([True])
         problems.append(f"{name}: masked values in example(s) {index_list(np.flatnonzero(rows))}; "
                         "fill them (filled()) or drop those examples")
+        return None
+    if value is None:
+        problems.append(f"{name}: missing (None); give an array of numbers")
         return None
     try:
         arr = np.asarray(value)

@@ -18,7 +18,7 @@ from .arith.mp import decimal_strings, from_decimal_strings
 from .arith.threads import row_blocks
 from .errors import InputError, numpy_error_defaults
 from .io import load_npz, npz_bytes
-from .limits import as_float64, finite_examples, flag, index_list, integer, real_array
+from .limits import as_float64, finite_examples, flag, index_list, integer, real_array, shape_of
 
 
 def capacity(H: int, n: int, d_h: int) -> int:
@@ -140,6 +140,10 @@ class Weights:
         return load_weights(path)
 
     def __repr__(self) -> str:
+        shapes = {name: shape_of(getattr(self, name)) for name in _MATRICES}
+        if any(s is None or len(s) != 2 + (name in ("W_K", "W_Q", "W_V")) for name, s in shapes.items()):
+            # made by hand and not validated (as_weights checks): the arrays' shapes as they are
+            return f"Weights({', '.join(f'{name}: {s or type(getattr(self, name)).__name__}' for name, s in shapes.items())})"
         arithmetic = "float64" if self.bits is None else f"{self.bits} bits"
         layer = "" if self.prelayer is None else f", prelayer={self.prelayer!r}"
         return (f"Weights(H={self.H}, d={self.d}, d_h={self.d_h}, d_v={self.d_v}, d_o={self.d_o}, "

@@ -24,13 +24,14 @@ import csv
 import io
 import json
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 
 from .arith import FLOAT64, numerical_rank
 from .errors import InputError, numpy_error_defaults
-from .limits import integer
+from .limits import callback, integer
 from .model import Weights, capacity as bound_of, feature_matrix
 
 VARIES = ("H", "n", "d_h")
@@ -69,7 +70,10 @@ def sweep(vary: str, values, *, kind: str = "independent", H: int = 4, n: int = 
     others fixed (``d_h`` defaults to ``n``)."""
     if vary not in VARIES:
         raise InputError(f"vary must be one of {', '.join(VARIES)}, got {vary!r}", what="invalid option")
-    d = integer(d, "d")
+    d, progress = integer(d, "d"), callback(progress, "progress")
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise InputError(f"values: expected a sequence of integers, got {type(values).__name__}",
+                         what="invalid values")
     points = []
     for v in values:                                 # every point checked before the first runs
         p = {"H": integer(H, "H"), "n": integer(n, "n"), "d_h": d_h}

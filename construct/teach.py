@@ -419,6 +419,7 @@ class Walkthrough:
         return [f"teach-figure-{i}.svg" for i in range(1, len(self.figures) + 1)]
 
     def text(self, color: bool = False) -> str:
+        color = flag(color, "color")
         th = _theorem(self.result)
         intro = [th["title"]] + [f"  {rich_text(p)}" for p in th["statement"]]
         intro += [f"      {math_text(th['display'])}", f"  {rich_text(th['after'])}",
@@ -584,6 +585,7 @@ def tiny_dataset(heads: int = 3, context: int = 3, dim: int = 4, *, seed: int = 
     ``rational``: entries are halves of small integers, so the inputs are exact rationals; draws
     are repeated (seed, seed+1, …) until A2 and the queries' Kruskal rank ≥ n hold exactly.
     """
+    shared, rational, seed = flag(shared, "shared"), flag(rational, "rational"), integer(seed, "seed", 0)
     T = capacity(heads, context, context)
     if not rational:
         return synthetic("shared" if shared else "independent", T=T, n=context, d=dim, seed=seed)

@@ -1,6 +1,8 @@
 """Issue #11, part 3: every bad input and bad option is refused clearly (exit 2, the array or
 option named, no traceback, nothing written); valid but extreme input is handled correctly."""
 
+import importlib.util
+import io
 import json
 import os
 import subprocess
@@ -390,6 +392,21 @@ def test_a_header_that_lies_about_its_size_is_refused(tmp_path, small):
         load_dataset(path)
 
 
+def test_a_member_a_few_bytes_off_its_header_says_how_many(tmp_path, small):
+    # A hostile trial: two bytes after E's data read "its header declares 1.88 KiB of data but
+    # the member holds 1.88 KiB"; sizes that round alike are given in bytes.
+    path = tmp_path / "trail.npz"
+    E = np.ones((10, 4, 6))                                             # 1,920 bytes: 1.88 KiB
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, E)
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("E.npy", buf.getvalue() + b"xx")
+        zf.writestr("X.npy", _npy_header((10, 6)) + np.ones((10, 6)).tobytes())
+        zf.writestr("Y.npy", _npy_header((10, 1)) + np.ones((10, 1)).tobytes())
+    with pytest.raises(InputError, match=r"'E'.*declares 1,920 bytes of data but the member holds 1,922 bytes"):
+        load_dataset(path)
+
+
 def test_a_header_with_a_negative_size_is_refused_as_such(tmp_path, small):
     path = tmp_path / "negative.npz"
     with zipfile.ZipFile(path, "w") as zf:
@@ -536,6 +553,72 @@ def test_a_zero_dimensional_boolean_array_is_a_boolean(small):
     assert build(small, 3, skip=np.array(True)).weights.skip is True
     with pytest.raises(InputError, match="skip must be True or False"):
         build(small, 3, skip=np.array([True]))
+
+
+def test_every_true_or_false_option_of_the_python_api_refuses_a_string(small, tmp_path):
+    # A hostile trial: synthetic(positional="no") added the encoding (a non-empty string is
+    # truthy), where build(skip="yes") is refused: options are refused, never coerced.
+    from construct.datasets import digits
+    from construct.teach import teach, tiny_dataset
+    result = build(small, 3)
+    calls = {"positional": lambda v: synthetic("independent", T=7, n=3, d=4, positional=v),
+             "shared": lambda v: tiny_dataset(shared=v),
+             "rational": lambda v: tiny_dataset(rational=v),
+             "color": lambda v: teach().text(color=v),
+             "force": lambda v: result.save(tmp_path / "run", force=v)}
+    if importlib.util.find_spec("sklearn") is not None:
+        calls["positional "] = lambda v: digits(30, positional=v)
+    if importlib.util.find_spec("torch") is not None:
+        from construct.baselines import gradient_descent
+        calls["skip"] = lambda v: gradient_descent(small, 3, skip=v, steps=1)
+    for name, call in calls.items():
+        with pytest.raises(InputError, match=f"{name.strip()} must be True or False, got 'no'"):
+            call("no")
+    assert not (tmp_path / "run").exists()
+
+
+def test_wrong_types_at_the_python_doors_are_named_not_a_type_error(small, tmp_path):
+    # A hostile trial: load_dataset(None), Weights.save(None), read_certificate(5),
+    # sweep("H", None) raised TypeError from deep inside; build(progress=5) failed only after
+    # its first head; a NUL in a path was a bare "embedded null byte".
+    import io as _io
+
+    from construct.certify import read_certificate
+    from construct.export import export
+    from construct.sweeps import sweep
+    result = build(small, 3)
+    cases = [(lambda: load_dataset(None), "dataset file: expected a path .*got NoneType"),
+             (lambda: load_weights(3), "weights file: expected a path .*got int"),
+             (lambda: load_weights(_io.BytesIO(b"x")), "weights file: expected a path .*got BytesIO"),
+             (lambda: result.weights.save(None), "output: expected a path"),
+             (lambda: result.weights.save(str(tmp_path / "a\0b")), "holds a NUL character"),
+             (lambda: small.save(None), "output: expected a path"),
+             (lambda: result.save(None), "output folder: expected a path"),
+             (lambda: result.save(str(tmp_path / "a\0b")), "holds a NUL character"),
+             (lambda: export(result.weights, "safetensors", None), "out: expected a path"),
+             (lambda: read_certificate(5), "expected a certificate's JSON text .*got int"),
+             (lambda: sweep("H", None), "values: expected a sequence of integers, got NoneType"),
+             (lambda: sweep("H", 2), "values: expected a sequence of integers, got int"),
+             (lambda: build(small, 3, progress=5), "progress must be a function or None, got int"),
+             (lambda: certify(result.weights, small, progress="yes"), "progress must be a function")]
+    for call, needle in cases:
+        with pytest.raises(InputError, match=needle):
+            call()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []              # nothing written
+    small.save(tmp_path / "d.npz")
+    assert load_dataset(os.fsencode(tmp_path / "d.npz")).T == small.T      # a bytes path is a path
+
+
+def test_a_dataset_or_weights_made_by_hand_has_a_repr_and_its_errors_name_every_array(small):
+    # A hostile trial: repr(Dataset(None, None, None)) and repr(Weights(lists…)) raised
+    # AttributeError; verify on such a dataset said only "give exactly one of Y and labels".
+    from construct import Weights
+    assert repr(Dataset(None, None, None)) == "Dataset(E: NoneType, X: NoneType, Y: NoneType)"
+    assert repr(Weights([[1.0]], [[1.0]], [[1.0]], [[1.0]], [[1.0]])).startswith("Weights(W_K: (1, 1), W_Q: (1, 1)")
+    with pytest.raises(InputError) as exc:
+        verify(build(small, 3).weights, Dataset(None, None, None))
+    message = str(exc.value)
+    assert "E: missing (None)" in message and "X: missing (None)" in message and "exactly one of Y" in message
 
 
 def _patched_members(raw: bytes, local_offset: int, central_offset: int, value: int) -> bytes:
