@@ -157,9 +157,9 @@ def build(data: Dataset, heads: int | None = None, *, head_dim: int | None = Non
         result = build_scaled(data, exponents, bool(skip), tol, lambda unit: at_each_precision(unit, False, inputs))
     else:
         result = at_each_precision(data, bool(skip), exact_inputs)
-    if layer is None:
-        return result
-    return _with_prelayer(result, original, layer, layer_why, tol)
+    if layer is not None:
+        result = _with_prelayer(result, original, layer, layer_why, tol)
+    return result._seal()
 
 
 # The pre-layer options of build (construct.model.PRELAYERS are the layers themselves).
@@ -282,7 +282,7 @@ def build_in(ar: Arithmetic, data: Dataset, why: str, *, heads: int, head_dim: i
                if ar.weights_bits is None else "raise the precision")
             + ("" if scale == "rank" else "; or the default scale rule, rank, whose scales are the smallest "
                "that keep the rank"))
-        failed.result = result                # the evidence, for the precision policy
+        failed.result = result._seal()        # the evidence, for the precision policy
         raise failed
     return result
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -127,18 +128,53 @@ class BuildResult:
     device_reason: str = ""
     prelayer: str | None = None
     prelayer_reason: str = ""
+    # The weights and data as built and verified (a digest; set by construct.build), so that a
+    # report is never written for weights or data changed since.
+    _built: str | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def max_abs_error(self) -> float:
         return self.verification.max_abs_error
 
+    def _digest(self) -> str:
+        h = hashlib.sha256(self.weights.to_bytes())
+        for a in (self.data.E, self.data.X, self.data.Y):
+            h.update(np.ascontiguousarray(a, dtype=np.float64).data)
+        h.update(repr(self.data.classes).encode())
+        return h.hexdigest()
+
+    def _seal(self) -> BuildResult:
+        """Record the weights and data the evidence is about (:meth:`_check_unchanged`)."""
+        self._built = self._digest()
+        return self
+
+    def _check_unchanged(self) -> None:
+        """Refuse to describe weights or data other than those built and verified.
+
+        Raises:
+            InputError: ``weights`` or ``data`` were replaced or edited since the build, or the
+                result was not made by :func:`construct.build` (``dataclasses.replace`` makes one).
+        """
+        if self._built is None or self._digest() != self._built:
+            from .errors import InputError
+            raise InputError("the result's weights or data are not those the build verified (replaced or edited "
+                             "since, or a result not made by construct.build): its report would describe other "
+                             "weights; save the weights themselves (Weights.save) and check them with "
+                             "construct.verify", what="invalid result")
+
     def save(self, folder, *, force: bool = False) -> None:
         """Write ``weights.npz``, ``data.npz`` and ``report.json`` into ``folder`` as one set, as
-        ``mha-construct build --out`` does (``force``: replace a folder holding other files)."""
+        ``mha-construct build --out`` does (``force``: replace a folder holding other files).
+
+        Raises:
+            InputError: the weights or data are not those the build verified (replaced or edited
+                since): the report would describe other weights.
+        """
         from .io import OutputFolder, json_bytes, sha256
         from .limits import flag
         from .report import build_report
         force = flag(force, "force")
+        self._check_unchanged()
         weights, data = self.weights.to_bytes(), self.data.to_bytes()
         source = {"source": "python"}
         if self.data.classes is not None:           # integer labels: the id of each column of Y

@@ -621,6 +621,35 @@ def test_a_dataset_or_weights_made_by_hand_has_a_repr_and_its_errors_name_every_
     assert "E: missing (None)" in message and "X: missing (None)" in message and "exactly one of Y" in message
 
 
+def test_a_build_result_whose_weights_changed_is_not_saved_with_its_report(small, tmp_path):
+    # A hostile trial: result.weights replaced (or W_D edited in place after setting it writeable)
+    # and then result.save(...) wrote a report.json saying "passed": true, max error 2.2e-16, with
+    # the sha256 of the new weights, which do not memorize.
+    from dataclasses import replace
+
+    from construct import as_weights
+    result = build(small, 3)
+    result.save(tmp_path / "as_built")                                  # unchanged: saved
+    assert json.loads((tmp_path / "as_built" / "report.json").read_text())["verification"]["passed"]
+    w = result.weights
+    zeroed = as_weights(w.W_K, w.W_Q, w.W_V, w.W_O, np.zeros_like(w.W_D))
+
+    def replaced(r):
+        r.weights = zeroed
+
+    def edited(r):
+        r.weights.W_D.flags.writeable = True
+        r.weights.W_D[...] = 0.0
+    for change in (replaced, edited):
+        result = build(small, 3)
+        change(result)
+        with pytest.raises(InputError, match="not those the build verified"):
+            result.save(tmp_path / change.__name__)
+        assert not (tmp_path / change.__name__).exists()
+    with pytest.raises(InputError, match="not those the build verified"):
+        replace(build(small, 3), weights=zeroed).save(tmp_path / "replace")
+
+
 def _patched_members(raw: bytes, local_offset: int, central_offset: int, value: int) -> bytes:
     """``raw`` with a 2-byte field of every local and central zip header set to ``value``."""
     import struct
