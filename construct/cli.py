@@ -495,15 +495,37 @@ def _positive(text: str) -> int:
     return _digits(text, 1, "a positive integer")
 
 
+class _StoreOnce(argparse.Action):
+    """argparse's ``store``, except that an option given twice is refused (argparse keeps the
+    last: ``--heads 3 --heads 2`` would build with 2 heads without a word)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string is not None:                   # a positional argument comes once by position
+            given = namespace.__dict__.setdefault("_given", set())
+            if self.dest in given:
+                parser.error(f"{option_string} is given twice; give it once")
+            given.add(self.dest)
+        setattr(namespace, self.dest, values)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser (its subcommands' too) whose options taking a value are given once."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
+
+
 def _parser() -> argparse.ArgumentParser:
     from .build import PRELAYER_OPTIONS, SCALES
     from .certify import METHODS
     from .data import SYNTHETIC_KINDS
     from .verify import DEFAULT_TOL
 
-    p = argparse.ArgumentParser(prog="mha-construct",
-                                description="Build certified memorizing weights for single-layer multi-head "
-                                            "attention (Theorem 1 of Mahdavi, Liao & Thrampoulidis, ICLR 2024).")
+    p = _Parser(prog="mha-construct",
+                description="Build certified memorizing weights for single-layer multi-head attention (Theorem 1 "
+                            "of Mahdavi, Liao & Thrampoulidis, ICLR 2024).")
     p.add_argument("--version", action="version", version=f"mha-construct {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -742,6 +764,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
+    vars(args).pop("_given", None)
     saved = sys.stdout
     if saved is not None:                     # None where fd 1 is closed (`>&-`): print writes nothing
         sys.stdout = _Stdout(saved)

@@ -221,6 +221,25 @@ def test_bad_cli_options_exit_2_and_write_nothing(tmp_path, capsys, argv, needle
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("argv, option", [
+    (["build", "--heads", "3", "--heads", "2", "--quiet"], "--heads"),
+    (["build", "--tol", "1e-8", "--tol", "1e-20", "--quiet"], "--tol"),
+    (["build", "--synthetic", "independent", "--synthetic", "shared", "--quiet"], "--synthetic"),
+    (["build", "--out", "{tmp}/elsewhere", "--quiet"], "--out"),
+    (["export", "{tmp}/w.npz", "--format", "torch", "--format", "onnx"], "--format"),
+    (["certify", "{tmp}/w.npz", "{tmp}/d.npz", "--tol", "1e-8", "--tol", "1e-20"], "--tol"),
+    (["capacity", "--vary", "H", "--values", "1", "2", "--values", "3"], "--values"),
+])
+def test_an_option_given_twice_is_refused_not_overridden(tmp_path, capsys, argv, option):
+    # A hostile trial: `build --heads 3 --heads 2` built H = 2, `--out a --out b` wrote only b,
+    # `export --format torch --format onnx` wrote ONNX, `certify --tol 1e-8 --tol 1e-20` used
+    # 1e-20: the last one silently won.
+    argv = [a.format(tmp=tmp_path) for a in argv] + (["--out", tmp_path / "o"] if argv[0] in ("build", "export") else [])
+    code, out, err = run(argv, capsys)
+    assert code == 2 and f"{option} is given twice" in err and "Traceback" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_bad_tolerance_in_verify_and_certify(tmp_path, capsys, small):
     assert run(["build", "--out", tmp_path / "o", "--quiet"], capsys)[0] == 0
     w, d = tmp_path / "o" / "weights.npz", tmp_path / "o" / "data.npz"
