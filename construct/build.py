@@ -18,7 +18,7 @@ from . import policy
 from . import precision as precision_mod
 from .accurate import VISIBLE, changed_outputs, rounding_visible, shared_context
 from .accurate import outputs as accurate_outputs
-from .arith import Arithmetic, gpu
+from .arith import Arithmetic, for_bits, gpu
 from .data import Dataset, checked
 from .errors import ConstructionError, InputError, numpy_error_defaults
 from .evidence import BuildResult, HeadEvidence, HeadStep, HeadTrace
@@ -33,7 +33,7 @@ from .readout import min_norm_solve, readout_target, readout_weights
 from .saturation import SCALES
 from .unit_scale import build_scaled, scaling_exponents
 from .validate import a2_problem, memory_estimate, validate
-from .verify import DEFAULT_TOL, check, verify
+from .verify import DEFAULT_TOL, EXTRA_BITS, check, verify
 from .workspace import Workspace
 
 Progress = Callable[[int, int], None]
@@ -258,14 +258,22 @@ def build_in(ar: Arithmetic, data: Dataset, why: str, *, heads: int, head_dim: i
         if ar.weights_bits is None:
             weights, outputs = _refined(ar, ws, data, tol, B, weights, readout)
         lap("readout")
-    with ar.working(), ar.heavy():
-        # Z was computed head by head with the forward pass's own function on these very W_K, W_Q,
-        # so it is the forward pass's Z, unless rounding the weights to the arithmetic's bits moved
-        # them (mpmath); then it is recomputed from the stored weights.
-        in_ar = weights.map(ar.asarray, bits=weights.bits)         # the same numbers, in the arithmetic
-        Z = ws.Z if not ar.rounds_weights else feature_matrix(ws.E, ws.X, in_ar, ar, layered=True)
-        verification = check(ar, Z, in_ar, Dataset(ws.E, ws.X, Y), tol,
-                              ws.reduction if not ar.rounds_weights else None, outputs, detect=False)
+    if not ar.rounds_weights:
+        # Z was computed head by head with the forward pass's own function on these very W_K,
+        # W_Q, so it is the forward pass's Z.
+        with ar.working(), ar.heavy():
+            verification = check(ar, Z=ws.Z, weights=weights.map(ar.asarray, bits=weights.bits),
+                                  data=Dataset(ws.E, ws.X, Y), tol=tol, reduction=ws.reduction, outputs=outputs,
+                                  detect=False)
+    else:
+        # Rounding the weights to their bits moved them: Z and the outputs are recomputed from the
+        # stored weights, as verify does (EXTRA_BITS beyond theirs: the exact model's error).
+        hi = for_bits(weights.bits + EXTRA_BITS)
+        with hi.working(), hi.heavy():
+            E, X = inputs(hi) if inputs is not None else (hi.asarray(data.E), hi.asarray(data.X))
+            in_hi = weights.map(hi.asarray, bits=weights.bits)     # the same numbers, in that arithmetic
+            verification = check(hi, feature_matrix(E, X, in_hi, hi, layered=True), in_hi,
+                                 Dataset(E, X, hi.asarray(data.Y)), tol, detect=False)
     lap("verify")
     evidence = [step.evidence for step in steps]
     result = BuildResult(weights=weights, data=data, k=k, capacity=capacity(heads, data.n, head_dim),

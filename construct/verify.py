@@ -30,6 +30,12 @@ DEFAULT_TOL = 1e-8
 # max(1, max|Y|): about 1000 float32 units of rounding (ε_32 ≈ 1.2e-7).
 FLOAT32_TOL = 1e-4
 
+# High-precision weights are evaluated with this many bits beyond their own: they are exact
+# numbers at their bits, and large scales amplify the rounding of an evaluation at those same bits
+# (a later head's scale near 1e9 took 165-bit weights from 2.3e-47 at 165 bits to 1.2e-41 for the
+# exact model). With 32 more, what is reported is the exact model's error to about 2^-32 of that.
+EXTRA_BITS = 32
+
 
 @dataclass(frozen=True)
 class Verification:
@@ -171,7 +177,8 @@ def verify(weights: Weights, data: Dataset, tol: float = DEFAULT_TOL, *, device:
     With a pre-layer (``weights.prelayer``) the model is the two layers: ``Z`` is the attention
     layer's features on the pre-layer's outputs, computed here in the same arithmetic.
 
-    High-precision weights are evaluated at their own precision (``weights.bits``), on the CPU.
+    High-precision weights are evaluated at :data:`EXTRA_BITS` more than their own precision
+    (``weights.bits``), on the CPU: the exact model's error, not that of the rounding at their bits.
     ``device``: ``"cpu"``, ``"gpu"`` or ``"auto"``, as for :func:`construct.build`.
 
     Raises:
@@ -182,12 +189,12 @@ def verify(weights: Weights, data: Dataset, tol: float = DEFAULT_TOL, *, device:
     check_compatible(weights, data.d, data.d_o)
     what = f"verifying T = {data.T} examples on H = {weights.H} heads"
     where = gpu.resolve(device)
-    ar = gpu.arithmetic(where, weights.bits)
+    ar = gpu.arithmetic(where, None if weights.bits is None else weights.bits + EXTRA_BITS)
     if isinstance(ar, gpu.CuPyFloat64):
         gpu.require_device_memory(ar, gpu.device_memory_estimate(data, weights.H), what)
     else:
         require_memory(8 * (2 * data.T * weights.H * data.d + 2 * data.T ** 2 + weights.H * data.d ** 2), what)
-    with ar.working():                              # at the weights' own precision
+    with ar.working():
         E, X = layer_inputs(weights, ar.asarray(data.E), ar.asarray(data.X), ar)   # the pre-layer, if any
         data_ar = Dataset(E, X, ar.asarray(data.Y))
         w_ar = weights if ar.xp is np else weights.map(ar.asarray, bits=weights.bits)

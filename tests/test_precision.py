@@ -564,3 +564,25 @@ def test_float64_output_bound_covers_the_exact_error(seed, H, skip, kind):
         f = output_from_features(out, p.asarray(data.X), w.map(p.asarray), p)
         exact = max(abs(f.flat[i] - mpmath.mpf(float(data.Y.flat[i]))) for i in range(f.size))
     assert exact <= mpmath.mpf(bound)
+
+
+def test_verify_reports_the_exact_error_of_high_precision_weights_whose_scales_amplify_rounding():
+    # An independent implementation: example 7 is example 2's context with its query moved by
+    # 1e-9, so a later head takes a scale of about 1e9, and 165-bit weights evaluated at their own
+    # 165 bits reported 2.3e-47 where the exact model is off by 1.2e-41: verify passed at a
+    # tolerance of 1e-44 that the exact model misses (certify proved the 1.2e-41).
+    base = synthetic("independent", T=13, n=4, d=6, seed=0)
+    E, X = base.E.copy(), base.X.copy()
+    E[7], X[7] = E[2], X[2] + 1e-9 * np.random.default_rng(0).standard_normal(6)
+    data = as_dataset(E, X, base.Y)
+    weights = build(data, 4).weights
+    assert weights.bits is not None
+    exact = Mpmath(weights.bits + 300)                  # the weights' numbers, evaluated far beyond them
+    with exact.working():
+        w = weights.map(exact.asarray, bits=weights.bits)
+        Z = feature_matrix(exact.asarray(data.E), exact.asarray(data.X), w, exact, layered=True)
+        out = output_from_features(Z, exact.asarray(data.X), w, exact)
+        error = max(abs(float(o - y)) for o, y in zip(out.ravel(), data.Y.ravel()))
+    checked = verify(weights, data, tol=1e-44)
+    assert error > 1e-44 and not checked.passed
+    assert abs(checked.max_abs_error - error) <= 1e-3 * error
