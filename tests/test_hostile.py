@@ -580,18 +580,18 @@ def test_every_true_or_false_option_of_the_python_api_refuses_a_string(small, tm
     from construct.datasets import digits
     from construct.teach import teach, tiny_dataset
     result = build(small, 3)
-    calls = {"positional": lambda v: synthetic("independent", T=7, n=3, d=4, positional=v),
-             "shared": lambda v: tiny_dataset(shared=v),
-             "rational": lambda v: tiny_dataset(rational=v),
-             "color": lambda v: teach().text(color=v),
-             "force": lambda v: result.save(tmp_path / "run", force=v)}
+    calls = [("positional", lambda v: synthetic("independent", T=7, n=3, d=4, positional=v)),
+             ("shared", lambda v: tiny_dataset(shared=v)),
+             ("rational", lambda v: tiny_dataset(rational=v)),
+             ("color", lambda v: teach().text(color=v)),
+             ("force", lambda v: result.save(tmp_path / "run", force=v))]
     if importlib.util.find_spec("sklearn") is not None:
-        calls["positional "] = lambda v: digits(30, positional=v)
+        calls.append(("positional", lambda v: digits(30, positional=v)))
     if importlib.util.find_spec("torch") is not None:
         from construct.baselines import gradient_descent
-        calls["skip"] = lambda v: gradient_descent(small, 3, skip=v, steps=1)
-    for name, call in calls.items():
-        with pytest.raises(InputError, match=f"{name.strip()} must be True or False, got 'no'"):
+        calls.append(("skip", lambda v: gradient_descent(small, 3, skip=v, steps=1)))
+    for name, call in calls:
+        with pytest.raises(InputError, match=f"{name} must be True or False, got 'no'"):
             call("no")
     assert not (tmp_path / "run").exists()
 
