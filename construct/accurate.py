@@ -108,26 +108,36 @@ def rounding_visible(weights: Weights, E, X, out, allowed: float, ar: Arithmetic
     """Whether a second float64 evaluation of the model (:func:`reordered_outputs`: ``E`` one
     shared context (n, d) on the host, or (T, n, d) in ``ar`` with ``X``, ``out`` and the
     weights) differs from the outputs ``out`` by more than :data:`VISIBLE` of ``allowed`` (or
-    is not finite)."""
+    is not finite), or float64's rounding of the outputs alone, ``u·max |f|``, does: below that
+    no float64 evaluation can tell (tolerances near ``u``)."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         gap = reordered_outputs(weights, E, X, ar) - out
         gap = float(ar.to_host(ar.xp.max(ar.xp.abs(gap)))) if gap.size else 0.0
-    return not gap <= VISIBLE * allowed
+        size = float(ar.to_host(ar.xp.max(ar.xp.abs(out)))) if out.size else 0.0
+    # Two evaluations that agree to the last bit still round the outputs themselves (u·|f|).
+    return not max(gap, dword.U * size) <= VISIBLE * allowed
 
 
-def outputs(weights: Weights, E: np.ndarray, X: np.ndarray, probabilities: np.ndarray | None = None) -> np.ndarray:
+def outputs(weights: Weights, E: np.ndarray, X: np.ndarray, probabilities: np.ndarray | None = None) -> dword.DW:
     """The model's outputs on one shared context ``E`` (n, d) or one context per example
-    (T, n, d), rounded to float64 from double words: within about ``u`` of the exact model's
-    (not finite where those overflow).
+    (T, n, d) in double words: ``hi + lo`` within about ``u²·cond`` of the exact model's, ``rad``
+    a bound on the rest (not finite where the outputs overflow). :func:`gaps` subtracts labels.
 
     ``probabilities`` (T, H, n), if given, receives every example's softmax under every head in
     float64 (each within ``3u`` plus the double words' radii, relative), for
     :func:`changed_outputs`."""
     args = (weights.W_K, weights.W_Q, weights.W_V, weights.W_O, weights.W_D, weights.skip)
     with FLOAT64.session():
-        out = dword.outputs(E, X, *args, rows=FLOAT64.rows, probabilities=probabilities)
-    with np.errstate(invalid="ignore"):
-        return np.where(np.isfinite(out.rad), out.hi + out.lo, np.nan)
+        return dword.outputs(E, X, *args, rows=FLOAT64.rows, probabilities=probabilities)
+
+
+def gaps(out: dword.DW, Y: np.ndarray) -> np.ndarray:
+    """``f − y`` from outputs ``out`` in double words, as ``(hi − y) + lo``: rounded once, to
+    about ``u`` of its own size (rounding ``hi + lo`` first would leave half a unit of ``y``,
+    and an error below that would read as 0 or as one unit); NaN where ``out`` is not finite."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        s, e = dword.two_sum(out.hi, -np.asarray(Y, dtype=np.float64))
+        return np.where(np.isfinite(out.rad), s + (e + out.lo), np.nan)
 
 
 def _value_change(old: Weights, new: Weights, E: np.ndarray | None = None) -> np.ndarray:
@@ -141,10 +151,12 @@ def _value_change(old: Weights, new: Weights, E: np.ndarray | None = None) -> np
     return delta.hi + delta.lo
 
 
-def changed_outputs(out: np.ndarray, probabilities: np.ndarray, old: Weights, new: Weights,
-                    E: np.ndarray) -> np.ndarray:
-    """The outputs of ``new`` from those of ``old`` (``out``, from :func:`outputs` with its
-    ``probabilities``), for weights that differ in ``W_V`` and ``W_O`` alone: a readout corrected.
+def changed_outputs(out: dword.DW, probabilities: np.ndarray, old: Weights, new: Weights,
+                    E: np.ndarray) -> dword.DW:
+    """The outputs of ``new`` from those of ``old`` (``out``, double words from :func:`outputs`
+    with its ``probabilities``), for weights that differ in ``W_V`` and ``W_O`` alone: a readout
+    corrected. Double words again, the change added without rounding ``out`` (its ``rad`` is
+    ``out``'s: the change's own error, below, is not in it).
 
     The model is ``f(t) = Σ_h Σ_j p_hj(t) c_hj(t) (+ x(t)^T W_D)`` with ``c_h(t) = E^(t) B_h``,
     ``B_h = W_V,h W_O,h W_D``: linear in the values, the attention ``p`` the same for both. So
@@ -167,9 +179,11 @@ def changed_outputs(out: np.ndarray, probabilities: np.ndarray, old: Weights, ne
     T, H, n = probabilities.shape
     if E.ndim == 2:
         delta = _value_change(old, new, E)                                                # (H, n, d_o)
-        return out + probabilities.reshape(T, H * n) @ delta.reshape(H * n, -1)
-    delta = _value_change(old, new)                                                       # (H, d, d_o)
-    change = np.zeros_like(out)
-    for h in range(H):
-        change += np.einsum("tn,tno->to", probabilities[:, h, :], E @ delta[h])
-    return out + change
+        change = probabilities.reshape(T, H * n) @ delta.reshape(H * n, -1)
+    else:
+        delta = _value_change(old, new)                                                   # (H, d, d_o)
+        change = np.zeros_like(out.hi)
+        for h in range(H):
+            change += np.einsum("tn,tno->to", probabilities[:, h, :], E @ delta[h])
+    hi, e = dword.two_sum(out.hi, change)
+    return dword.DW(hi, out.lo + e, out.rad)

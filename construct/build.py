@@ -16,7 +16,7 @@ import numpy as np
 
 from . import policy
 from . import precision as precision_mod
-from .accurate import VISIBLE, changed_outputs, rounding_visible, shared_context
+from .accurate import VISIBLE, changed_outputs, gaps, rounding_visible, shared_context
 from .accurate import outputs as accurate_outputs
 from .arith import Arithmetic, for_bits, gpu
 from .data import Dataset, checked
@@ -325,7 +325,7 @@ def _refined(ar: Arithmetic, ws: Workspace, data: Dataset, tol: float, B, weight
     probabilities = np.empty((data.T, weights.H, data.n))
     outputs = accurate_outputs(weights, E, data.X, probabilities)
     for _ in range(REFINEMENTS):
-        residual = data.Y - outputs
+        residual = -gaps(outputs, data.Y)
         if not (np.all(np.isfinite(residual)) and np.abs(residual).max() > VISIBLE * allowed):
             break
         B = B + min_norm_solve(ws.Z, ws.reduction, ar.asarray(residual), ar)

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+from .accurate import gaps as gaps_from
 from .accurate import outputs as accurate_outputs
 from .accurate import rounding_visible, shared_context
 from .arith import FLOAT64, Arithmetic, gpu
@@ -82,7 +83,8 @@ def check(ar: Arithmetic, Z, weights: Weights, data: Dataset, tol: float = DEFAU
 
     ``reduction``: the row-space factor the construction grew over all of ``Z``, when there is
     one (the rank then comes from its triangular factor); otherwise the arithmetic factors ``Z``.
-    ``outputs``: the model's outputs in double words, when the caller has them. Otherwise they
+    ``outputs``: the model's outputs in double words (:class:`construct.dword.DW`), when the caller
+    has them; their gaps to the labels are taken before rounding. Otherwise they
     come from ``Z``, and, for float64 weights on a shared context where a second float64
     evaluation shows rounding near the tolerance, again in double words (``detect=False``: the
     caller has already looked, as the build does). ``overwrite``: ``Z`` is the caller's to
@@ -99,7 +101,7 @@ def check(ar: Arithmetic, Z, weights: Weights, data: Dataset, tol: float = DEFAU
             if detect and weights.bits is None and ar.weights_bits is None:
                 outputs = _where_rounding_shows(ar, weights, data, out, allowed)
         if outputs is not None:
-            gaps, how = outputs - ar.to_host(data.Y), "double words"
+            gaps, how = gaps_from(outputs, ar.to_host(data.Y)), "double words"
         err = float(np.abs(gaps).max())
     if not np.isfinite(err):
         err = float("inf")
@@ -159,8 +161,9 @@ def _row_rank(ar: Arithmetic, Z, E, reduction=None, overwrite: bool = False,
 
 def _where_rounding_shows(ar: Arithmetic, weights: Weights, data: Dataset, out, allowed: float):
     """Float64 outputs ``out`` where a second float64 evaluation, in another order of operations,
-    differs by a visible fraction of ``allowed`` (shared contexts, square ones): the outputs in
-    double words (host). Otherwise None."""
+    differs by a visible fraction of ``allowed`` (shared contexts, square ones), or where
+    ``allowed`` is near float64's rounding of the outputs: the outputs in double words (host).
+    Otherwise None."""
     host, E, X = weights.map(ar.to_numpy), ar.to_host(data.E), ar.to_host(data.X)
     shared = shared_context(E)
     if shared:
