@@ -123,7 +123,13 @@ def build(data: Dataset, heads: int | None = None, *, head_dim: int | None = Non
     original = data
     exact_inputs = None
     if layer is not None:
-        data = Dataset(*mean_shift(data.E, data.X), data.Y)
+        with np.errstate(over="ignore", invalid="ignore"):
+            E_shifted, X_shifted = mean_shift(data.E, data.X)
+        if not (np.all(np.isfinite(E_shifted)) and np.all(np.isfinite(X_shifted))):
+            raise InputError("the pre-layer's outputs (each token plus its context's mean) overflow float64 "
+                             f"(max |E| ≈ {np.abs(data.E).max():.3g}, max |X| ≈ {np.abs(data.X).max():.3g}); "
+                             "rescale E and X towards 1", what="data out of range")
+        data = Dataset(E_shifted, X_shifted, data.Y)
 
         def shifted(ar: Arithmetic):               # at a higher precision: the layer's outputs in it
             return mean_shift(ar.asarray(original.E), ar.asarray(original.X), ar)

@@ -92,6 +92,24 @@ def test_scales_that_broke_float64_now_build(small):
         assert "unit scale" in result.precision_reason
 
 
+@pytest.mark.parametrize("prelayer", ["none", "mean-shift"])
+@pytest.mark.parametrize("top", [6e307, 1e308, 1.7e308])
+def test_data_at_float64s_limit_builds_or_is_refused_as_out_of_range(small, top, prelayer):
+    # A hostile trial: data scaled to max |E| = max |X| = 1e308 (or 6e307 with the pre-layer, whose
+    # shift doubles it) ended in a traceback ("A has a NaN entry", "SVD did not converge", or
+    # LAPACK's DLASCL messages): the rank's factorization of Z at that scale overflowed inside.
+    k = top / max(np.abs(small.E).max(), np.abs(small.X).max())
+    data = as_dataset(small.E * k, small.X * k, small.Y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            result = build(data, 3, prelayer=prelayer)
+        except InputError as refused:
+            assert "data out of range" in str(refused)
+        else:
+            assert result.verification.passed and verify(result.weights, data).passed
+
+
 @pytest.mark.parametrize("factor", [1e22, 1e30])
 def test_skip_with_queries_far_above_the_labels_is_refused_for_cancellation_not_overflow(small, factor):
     # A new-user trial: the skip connection adds x's first d_o coordinates (here ~factor) to the

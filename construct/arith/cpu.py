@@ -8,6 +8,8 @@ None of this changes a bit of the results: same seed, same weights, on any numbe
 
 from __future__ import annotations
 
+import math
+
 import contextlib
 import threading
 
@@ -196,7 +198,15 @@ class Float64(NumpyArithmetic):
         if Z.shape[1] < T:
             return super().row_rank(Z)
         if reduction is None:
+            # Norms and Gram entries of Z square its size: far from 1, factor 2^-e Z (exact),
+            # whose singular values are Z's times 2^-e.
+            e = _exponent_far_from_one(Z)
+            if e:
+                Z = np.ldexp(Z, -e, out=Z if overwrite else None)
+                sigma_above = None if sigma_above is None else math.ldexp(sigma_above, -e)
             R, (s_max, s_min) = lapack.row_factor(Z, sigma_above)
+            with np.errstate(over="ignore"):                # beyond float64: inf, and no rank
+                s_max, s_min = float(np.ldexp(s_max, e)), float(np.ldexp(s_min, e))
         else:
             R = reduction.R
             s_max, s_min = lapack.triangular_extremes(R, lapack.EXTREMES_TOL)
@@ -212,4 +222,11 @@ class Float64(NumpyArithmetic):
             return False
         return True
 
+
+def _exponent_far_from_one(Z: np.ndarray) -> int:
+    """The binary exponent of ``max |Z|`` where it lies beyond ``2^±256`` (0 otherwise, and for a
+    zero or non-finite ``Z``)."""
+    top = float(np.max(np.abs(Z), initial=0.0))
+    e = math.frexp(top)[1] if math.isfinite(top) and top > 0 else 0
+    return e if abs(e) > 256 else 0
 
