@@ -16,6 +16,7 @@ construction's build time.
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from dataclasses import dataclass, field
 
@@ -23,8 +24,8 @@ import numpy as np
 
 from .data import Dataset, checked
 from .errors import InputError
-from .limits import flag, integer
-from .model import MATRICES, Weights
+from .limits import flag, integer, library, require_memory, tolerance
+from .model import MATRICES, Weights, check_compatible, checked_weights
 
 
 @dataclass
@@ -47,28 +48,40 @@ class Descent:
 
 
 def gradient_descent(data: Dataset, heads: int, *, head_dim: int | None = None, value_dim: int | None = None,
-                     skip: bool = False, steps: int = 5000, lr: float = 1e-3, optimizer: str = "adam",
+                     skip: bool | None = None, steps: int = 5000, lr: float = 1e-3, optimizer: str = "adam",
                      seed: int = 0, init: Weights | None = None, targets: tuple[float, ...] = (1e-3,),
                      time_limit: float | None = None, prelayer: str | None = None) -> Descent:
     """Train the model on ``data`` (full batch, float64) and say when each target error was reached.
 
     Args:
+        skip: the skip connection (default: off, or ``init``'s).
+        lr: the learning rate, a finite number ≥ 0 (0 leaves the weights as they are).
+        targets: the errors to reach, finite and ≥ 0, at least one.
+        time_limit: stop after this many seconds (finite, positive), or None.
         init: start from these weights instead of the random initialization (e.g. the
-            construction's, to check that they sit at a minimum of the loss).
+            construction's, to check that they sit at a minimum of the loss). They must fit the
+            data (``d``, ``d_o``) and the options given (``heads``, ``head_dim``, ``value_dim``,
+            ``skip``): a run trains the model it starts from.
         optimizer: ``"adam"`` (the paper's recipe, with its schedule) or ``"sgd"`` (plain gradient
             descent at ``lr``, no schedule).
-        time_limit: stop after this many seconds.
         prelayer: ``"mean-shift"``: the model with Proposition 4's pre-layer, from the random
             start (the model that data with repeated queries needs). With ``init``, the model is
             ``init``'s, pre-layer included; a different ``prelayer`` is refused.
-    """
-    import torch
 
+    Raises:
+        InputError: an option or ``init`` as above, a model too large for the memory, or torch
+            not installed.
+    """
+    torch = library("torch", "torch")
     from .torch_model import MemorizingAttention, to_torch
 
     data = checked(data)
     H, steps = integer(heads, "heads"), integer(steps, "steps")
-    skip, seed = flag(skip, "skip"), integer(seed, "seed", 0)
+    seed, lr = integer(seed, "seed", 0), _nonnegative(lr, "lr")
+    if seed >= 2**63:
+        raise InputError(f"seed must be below 2^63 (torch's generator), got {seed}", what="invalid option")
+    targets = _targets(targets)
+    time_limit = None if time_limit is None else tolerance(time_limit, "time_limit")
     d, d_o = data.d, data.d_o
     d_h = data.n if head_dim is None else integer(head_dim, "head_dim")
     d_v = d_o if value_dim is None else integer(value_dim, "value_dim")
@@ -77,9 +90,26 @@ def gradient_descent(data: Dataset, heads: int, *, head_dim: int | None = None, 
     if prelayer not in (None, "mean-shift"):
         raise InputError(f"prelayer must be None or 'mean-shift', got {prelayer!r}", what="invalid option")
     if init is not None:
-        if prelayer is not None and prelayer != init.prelayer:
-            raise InputError(f"prelayer {prelayer!r} differs from the initial weights' ({init.prelayer!r}); "
-                             "a run trains the model it starts from", what="invalid option")
+        if not isinstance(init, Weights):
+            raise InputError(f"init must be Weights (construct.load_weights, as_weights or a build's), got "
+                             f"{type(init).__name__}", what="invalid option")
+        init = checked_weights(init)
+        check_compatible(init, d, d_o)
+        given = [("heads", H, init.H), ("head_dim", head_dim, init.d_h), ("value_dim", value_dim, init.d_v),
+                 ("skip", None if skip is None else flag(skip, "skip"), init.skip),
+                 ("prelayer", prelayer, init.prelayer)]
+        for name, value, theirs in given:
+            if value is not None and value != theirs:
+                raise InputError(f"{name} = {value!r} differs from the initial weights' "
+                                 f"({theirs!r}{' heads' if name == 'heads' else ''}); a run trains the model it "
+                                 "starts from", what="invalid option")
+        H, d_h, d_v = init.H, init.d_h, init.d_v
+    skip = (init.skip if init is not None else False) if skip is None else flag(skip, "skip")
+    # Parameters (with Adam's two moments and the gradient) and the activations autograd keeps.
+    parameters = H * (2 * d * d_h + d * d_v + d_v * d) + d * d_o
+    activations = data.T * H * (data.n * (d_h + d_v + 3) + d_h + d_v + d)
+    require_memory(8 * (4 * parameters + 3 * activations), f"gradient descent on H = {H} heads, T = {data.T}")
+    if init is not None:
         model = to_torch(init)
     else:
         generator = torch.Generator().manual_seed(seed)
@@ -134,6 +164,29 @@ def gradient_descent(data: Dataset, heads: int, *, head_dim: int | None = None, 
     # Not checked: a run that diverged returns its non-finite weights (and best_error says so).
     weights = Weights(**arrays, skip=bool(model.skip), prelayer="mean-shift" if bool(model.mean_shift) else None)
     return Descent(weights=weights, best_error=best, steps=step, seconds=time.perf_counter() - start, reached=reached)
+
+
+def _nonnegative(value, name: str) -> float:
+    """``value`` as a finite real number ``≥ 0``."""
+    rate = math.nan
+    if not isinstance(value, bool) and isinstance(value, numbers.Real):
+        try:
+            rate = float(value)
+        except OverflowError:                          # an integer beyond float's range
+            rate = math.inf
+    if not (math.isfinite(rate) and rate >= 0):
+        raise InputError(f"{name} must be a finite number ≥ 0, got {value!r}", what="invalid option")
+    return rate
+
+
+def _targets(value) -> tuple[float, ...]:
+    """``value`` as a tuple of finite errors ``≥ 0``, at least one."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise InputError(f"targets must be a sequence of errors ≥ 0, got {value!r}", what="invalid option")
+    out = tuple(_nonnegative(t, "targets") for t in value)
+    if not out:
+        raise InputError("targets must hold at least one error to reach", what="invalid option")
+    return out
 
 
 def _xavier(tensor, generator) -> None:

@@ -16,6 +16,7 @@ Documented limits:
 
 from __future__ import annotations
 
+import importlib
 import math
 import numbers
 import os
@@ -43,6 +44,19 @@ def integer(value, name: str, minimum: int = 1) -> int:
     if int(value) < minimum:
         raise InputError(f"{name} must be an integer ≥ {minimum}, got {int(value)}", what="invalid option")
     return int(value)
+
+
+def library(module: str, extra: str):
+    """``module`` imported, or an :class:`InputError` naming the extra that installs it.
+
+    Raises:
+        InputError: the module is not installed (``what="missing library"``).
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise InputError(f"this needs {module.split('.')[0]}: pip install 'mha-construct[{extra}]'",
+                         what="missing library") from None
 
 
 def shape_of(value) -> tuple[int, ...] | None:

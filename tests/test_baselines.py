@@ -72,3 +72,42 @@ def test_a_run_keeps_the_pre_layer_of_its_model():
     one_layer = build(synthetic("independent", T=13, n=4, d=6, seed=2), 4).weights
     with pytest.raises(InputError, match="prelayer"):                     # a run trains its init's model
         gradient_descent(data, 4, init=one_layer, prelayer="mean-shift", steps=1)
+
+
+def test_starting_weights_must_fit_the_data_and_the_options():
+    # A hostile trial: weights of another output size trained silently (the (T, 1) outputs were
+    # broadcast against (T, 3) labels), another d raised torch's einsum error, and heads=7 with
+    # 4-head weights was ignored.
+    d1 = synthetic("independent", T=9, n=3, d=4, seed=0)
+    d3 = synthetic("independent", T=9, n=3, d=4, d_o=3, seed=1)
+    d5 = synthetic("independent", T=9, n=3, d=5, seed=2)
+    w1, w3 = build(d1, 4).weights, build(d3, 4, value_dim=3).weights
+    for data, init in ((d3, w1), (d1, w3), (d5, w1)):
+        with pytest.raises(InputError, match="dimension|d_o|d ="):
+            gradient_descent(data, 4, init=init, steps=1)
+    with pytest.raises(InputError, match="heads = 7.*4 heads"):
+        gradient_descent(d1, 7, init=w1, steps=1)
+    for option in (dict(head_dim=2), dict(value_dim=2), dict(skip=True)):
+        with pytest.raises(InputError, match=next(iter(option))):
+            gradient_descent(d1, 4, init=w1, steps=1, **option)
+    with pytest.raises(InputError, match="init must be"):
+        gradient_descent(d1, 4, init="weights.npz", steps=1)
+    assert gradient_descent(d1, 4, init=w1, steps=1, head_dim=w1.d_h).steps == 1
+
+
+@pytest.mark.parametrize("option", [dict(lr=float("nan")), dict(lr=-1.0), dict(lr=float("inf")), dict(lr="1e-3"),
+                                    dict(targets="abc"), dict(targets=1e-3), dict(targets=()),
+                                    dict(targets=(1e-3, -1.0)), dict(time_limit="x"), dict(time_limit=-2.0),
+                                    dict(seed=2**70)])
+def test_options_are_refused_by_name(option):
+    # A hostile trial: each of these raised torch's or Python's own error from deep inside (or,
+    # for lr=inf, returned weights that are not finite).
+    data = synthetic("independent", T=9, n=3, d=4, seed=0)
+    with pytest.raises(InputError, match=next(iter(option))):
+        gradient_descent(data, 4, steps=1, **option)
+
+
+def test_a_model_too_large_for_memory_is_refused_before_it_is_allocated():
+    data = synthetic("independent", T=9, n=3, d=4, seed=0)
+    with pytest.raises(InputError, match="memory"):
+        gradient_descent(data, 10**9, steps=1)
