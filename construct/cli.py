@@ -765,6 +765,8 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     vars(args).pop("_given", None)
+    from .io import published
+    published.clear()                         # what this command writes, named if it is interrupted
     saved = sys.stdout
     if saved is not None:                     # None where fd 1 is closed (`>&-`): print writes nothing
         sys.stdout = _Stdout(saved)
@@ -780,15 +782,23 @@ def _main(argv: list[str] | None) -> int:
         print(f"mha-construct {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except MemoryError:
-        print(f"mha-construct {args.command}: error: out of memory; nothing written", file=sys.stderr)
+        print(f"mha-construct {args.command}: error: out of memory; {_what_was_written()}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"mha-construct {args.command}: interrupted; nothing written", file=sys.stderr)
+        print(f"mha-construct {args.command}: interrupted{_what_was_written(' after writing ')}", file=sys.stderr)
         return 130
     finally:
         if sys.stdout is not None:
             sys.stdout.flush()
         sys.stdout = saved
+
+
+def _what_was_written(lead: str = "") -> str:
+    """What this command put in place before it stopped (``io.published``), or that nothing was."""
+    from .io import published
+    if not published:
+        return "; nothing written" if lead else "nothing written"
+    return f"{lead}{', '.join(published)}" if lead else f"already written: {', '.join(published)}"
 
 
 if __name__ == "__main__":

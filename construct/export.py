@@ -23,6 +23,8 @@ from __future__ import annotations
 import io
 import os
 import re
+import tempfile
+from pathlib import Path
 
 import numpy as np
 
@@ -260,13 +262,16 @@ def export(weights: Weights, fmt: str, out: str | os.PathLike, *, dtype: str = "
         check_compatible(checked_weights(weights), data.d, data.d_o)
         allowed = allowed_error(tol, float(np.abs(data.Y).max()))
     payload = export_bytes(weights, fmt, dtype, report_sha256)
-    write_atomic(out, payload)
     info: dict = {"format": fmt, "dtype": dtype, "path": str(out)}
-    if data is not None:
-        with np.errstate(over="ignore", invalid="ignore"):   # data beyond float32's range: labels do not hold
-            f = evaluate(out, fmt, data.E, data.X)
+    if data is not None:            # checked before it is written: an interruption leaves ``out`` as it was
+        with tempfile.TemporaryDirectory() as scratch:
+            trial = Path(scratch) / f"model.{fmt}"
+            trial.write_bytes(payload)
+            with np.errstate(over="ignore", invalid="ignore"):   # beyond float32's range: labels do not hold
+                f = evaluate(trial, fmt, data.E, data.X)
         err = float(np.abs(f - data.Y).max()) if np.all(np.isfinite(f)) else float("inf")
         info.update(max_abs_error=err, allowed=allowed, labels_hold=bool(err <= allowed))
+    write_atomic(out, payload)
     return info
 
 

@@ -210,6 +210,11 @@ def _regular_or_absent(path: Path, label: str = "output") -> None:
                          "name a file", what="invalid output")
 
 
+# Every output put in place (a file renamed over its target, a folder published), in order:
+# what the command line names when it is interrupted or runs out of memory after writing.
+published: list[str] = []
+
+
 def write_atomic(path: str | os.PathLike, payload: bytes) -> None:
     """Write ``payload`` to ``path`` through a hidden temporary file and a rename.
 
@@ -257,6 +262,7 @@ def write_atomic_many(files: list[tuple[str | os.PathLike, bytes]]) -> None:
         for i, (tmp, path) in enumerate(written):
             try:
                 os.replace(tmp, path)
+                published.append(str(path))
             except OSError as exc:
                 if i == 0:
                     raise _os_error(exc, path.name, path.parent) from None
@@ -504,6 +510,7 @@ class OutputFolder:
                 shutil.rmtree(stage, ignore_errors=True)             # the old set
             else:
                 os.rename(stage, folder)
+            published.append(str(folder))
             _fsync_dir(parent)
         except OSError as exc:
             shutil.rmtree(stage, ignore_errors=True)

@@ -340,3 +340,41 @@ def test_a_float32_export_refuses_weights_that_would_become_zero():
     for fmt in FORMATS:
         with pytest.raises(InputError, match=r"W_K: .* below float32's range"):
             export_bytes(w, fmt, dtype="float32")
+
+
+def test_an_export_interrupted_while_it_is_checked_leaves_the_old_file(tmp_path, monkeypatch, capsys):
+    # A hostile trial: Ctrl-C while the written file was being evaluated printed "interrupted;
+    # nothing written" over a file already replaced. The check now runs before the file is written.
+    import construct.export as export_module
+    folder = tmp_path / "run"
+    assert main(["build", "--synthetic", "independent", "--heads", "4", "--examples", "9", "--context", "3",
+                 "--dim", "4", "--out", str(folder), "--quiet"]) == 0
+    target = tmp_path / "model.onnx"
+    target.write_bytes(b"OLD")
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(export_module, "evaluate", ctrl_c)
+    capsys.readouterr()
+    assert main(["export", str(folder / "weights.npz"), "--format", "onnx", "--out", str(target)]) == 130
+    assert target.read_bytes() == b"OLD"
+    assert "interrupted; nothing written" in capsys.readouterr().err
+
+
+def test_an_interruption_after_a_file_is_written_says_so(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "run"
+    assert main(["build", "--heads", "4", "--examples", "9", "--context", "3", "--dim", "4", "--out", str(folder),
+                 "--quiet"]) == 0
+    target = tmp_path / "model.onnx"
+    real_print = print
+
+    def ctrl_c_on_report(*args, **kwargs):
+        if args and str(args[0]).startswith("wrote"):
+            raise KeyboardInterrupt
+        real_print(*args, **kwargs)
+    monkeypatch.setattr("builtins.print", ctrl_c_on_report)
+    assert main(["export", str(folder / "weights.npz"), "--format", "onnx", "--out", str(target)]) == 130
+    monkeypatch.undo()
+    assert target.is_file()
+    err = capsys.readouterr().err
+    assert "nothing written" not in err and f"interrupted after writing {target}" in err
