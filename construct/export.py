@@ -52,24 +52,7 @@ def export_bytes(weights: Weights, fmt: str, dtype: str = "float64", report_sha2
         raise InputError(f"report_sha256 must be None or 64 lowercase hex digits, got {report_sha256!r}"[:200],
                          what="invalid option")
     w = checked_weights(weights)
-    with np.errstate(over="ignore", under="ignore"):   # beyond or below float32's range: refused below, by name
-        arrays = {name: np.ascontiguousarray(w.arrays()[name], dtype=dtype) for name in _NAMES}
-    beyond = []
-    for name, a in arrays.items():
-        exact = np.asarray(w.arrays()[name], dtype=np.float64)
-        if not np.all(np.isfinite(a)):
-            beyond.append(f"{name}: values up to {float(np.abs(exact).max()):.3g} exceed float32's range "
-                          f"({float(np.finfo(np.float32).max):.3g})")
-        # Values float32 flushes to 0 that matter at the matrix's own scale (above float32's
-        # precision of its largest entry); far smaller ones vanish in float32 arithmetic anyway.
-        top = float(np.abs(exact).max()) if exact.size else 0.0
-        lost = (a == 0) & (np.abs(exact) > top * 2.0 ** -24)
-        if lost.any():
-            beyond.append(f"{name}: values up to {float(np.abs(exact[lost]).max()):.3g} are below float32's range "
-                          f"({float(np.finfo(np.float32).smallest_subnormal):.3g}) and would become 0")
-    if beyond:
-        raise InputError(beyond + ["export them as float64 (--dtype float64), or build from rescaled data"],
-                         what="weights not representable in float32", counted=False)
+    arrays = representable(w, np.dtype(dtype), "export them as float64 (--dtype float64), or build from rescaled data")
     if fmt == "safetensors":
         from safetensors.numpy import save
         return _sorted_metadata(save(arrays, metadata=_metadata(w, dtype, report_sha256)))
@@ -273,6 +256,38 @@ def export(weights: Weights, fmt: str, out: str | os.PathLike, *, dtype: str = "
         info.update(max_abs_error=err, allowed=allowed, labels_hold=bool(err <= allowed))
     write_atomic(out, payload)
     return info
+
+
+def representable(w: Weights, dtype: np.dtype, advice: str) -> dict[str, np.ndarray]:
+    """``w``'s matrices in ``dtype`` (contiguous), where each keeps its values.
+
+    Raises:
+        InputError: a matrix has values beyond ``dtype``'s range, or values that matter at its own
+            scale (above ``dtype``'s precision of its largest entry) flushed to 0; ``advice`` ends
+            the message.
+    """
+    name_of = f"{dtype}"
+    with np.errstate(over="ignore", under="ignore"):   # beyond or below the range: refused below, by name
+        arrays = {name: np.ascontiguousarray(w.arrays()[name], dtype=dtype) for name in _NAMES}
+    if dtype == np.float64:
+        return arrays
+    info = np.finfo(dtype)
+    beyond = []
+    for name, a in arrays.items():
+        exact = np.asarray(w.arrays()[name], dtype=np.float64)
+        if not np.all(np.isfinite(a)):
+            beyond.append(f"{name}: values up to {float(np.abs(exact).max()):.3g} exceed {name_of}'s range "
+                          f"({float(info.max):.3g})")
+        # Values flushed to 0 that matter at the matrix's own scale; far smaller ones vanish in
+        # that arithmetic anyway.
+        top = float(np.abs(exact).max()) if exact.size else 0.0
+        lost = (a == 0) & (np.abs(exact) > top * float(info.eps) / 2)
+        if lost.any():
+            beyond.append(f"{name}: values up to {float(np.abs(exact[lost]).max()):.3g} are below {name_of}'s range "
+                          f"({float(info.smallest_subnormal):.3g}) and would become 0")
+    if beyond:
+        raise InputError(beyond + [advice], what=f"weights not representable in {name_of}", counted=False)
+    return arrays
 
 
 def _importable(name: str) -> bool:

@@ -83,11 +83,20 @@ class MemorizingAttention(nn.Module):
 
 
 def to_torch(weights: Weights, dtype: torch.dtype = torch.float64) -> MemorizingAttention:
-    """The module holding ``weights`` (float64 values; high-precision weights are rounded to them)."""
+    """The module holding ``weights`` (float64 values; high-precision weights are rounded to them).
+
+    Raises:
+        InputError: ``dtype`` is not a real floating-point dtype, or the weights' values leave its
+            range (infinite, or flushed to 0 where they matter).
+    """
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point and not dtype.is_complex):
         raise InputError(f"dtype: expected a real floating-point torch dtype (torch.float64, torch.float32, …), "
                          f"got {dtype!r}", what="invalid option")
     w = checked_weights(weights)
+    if dtype != torch.float64:                  # refused where the values do not fit, never inf or 0
+        from .export import representable
+        kin = {torch.float16: np.float16}.get(dtype, np.float32)          # bfloat16: float32's range
+        representable(w, np.dtype(kin), f"use torch.float64, or build from rescaled data (dtype {dtype})")
     module = MemorizingAttention(w.H, w.d, w.d_h, w.d_v, w.d_o, w.skip, dtype=dtype,
                                  mean_shift=w.prelayer == "mean-shift")
     with torch.no_grad():

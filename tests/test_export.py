@@ -378,3 +378,17 @@ def test_an_interruption_after_a_file_is_written_says_so(tmp_path, monkeypatch, 
     assert target.is_file()
     err = capsys.readouterr().err
     assert "nothing written" not in err and f"interrupted after writing {target}" in err
+
+
+def test_to_torch_refuses_a_dtype_the_weights_do_not_fit():
+    # A hostile trial: to_torch(w, torch.float32) on weights beyond float32's range gave a module
+    # with infinite parameters (NaN outputs), where export --dtype float32 refuses them by name.
+    small = synthetic("independent", T=9, n=3, d=4, seed=0)
+    from construct import as_dataset
+    w = build(as_dataset(small.E, small.X, small.Y * 1e39), 4).weights
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        with pytest.raises(InputError, match=r"(?s)exceed float(32|16)'s range.*torch.float64"):
+            to_torch(w, dtype=dtype)
+    assert torch.isfinite(to_torch(w).W_V).all()
+    fine = to_torch(build(small, 4).weights, dtype=torch.float32)
+    assert fine.W_V.dtype == torch.float32
