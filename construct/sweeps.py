@@ -25,14 +25,15 @@ import io
 import json
 import time
 from collections.abc import Iterable
-from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
 from .arith import FLOAT64, numerical_rank
 from .errors import InputError, numpy_error_defaults
-from .limits import callback, integer
+from .limits import callback, integer, require_memory
 from .model import Weights, capacity as bound_of, feature_matrix
+from .validate import memory_estimate
 
 VARIES = ("H", "n", "d_h")
 FIELDS = ("kind", "H", "n", "d", "d_h", "bound", "certified", "generic_T", "generic_rank", "seconds")
@@ -71,7 +72,7 @@ def sweep(vary: str, values, *, kind: str = "independent", H: int = 4, n: int = 
     if vary not in VARIES:
         raise InputError(f"vary must be one of {', '.join(VARIES)}, got {vary!r}", what="invalid option")
     d, progress = integer(d, "d"), callback(progress, "progress")
-    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable) or np.ndim(values) == 0:
         raise InputError(f"values: expected a sequence of integers, got {type(values).__name__}",
                          what="invalid values")
     points = []
@@ -80,10 +81,17 @@ def sweep(vary: str, values, *, kind: str = "independent", H: int = 4, n: int = 
         p[vary] = integer(v, f"values: {vary}")
         p["d_h"] = integer(p["n"] if p["d_h"] is None else p["d_h"], "d_h")
         points.append(p)
+    twice = sorted({p[vary] for p in points if sum(q[vary] == p[vary] for q in points) > 1})
+    if twice:
+        raise InputError(f"values: {vary} = {', '.join(map(str, twice))} given more than once", what="invalid values")
     wide = sorted({p["n"] for p in points if p["n"] > d})
     if wide:
         raise InputError(f"n = {', '.join(map(str, wide))} exceeds the token dimension d = {d} (A2 needs n ≤ d)",
                          what="invalid sweep" if vary != "n" else "invalid values")
+    for p in points:                                 # and sized: a late refusal would lose the rows before it
+        T = bound_of(p["H"], p["n"], p["d_h"])
+        require_memory(memory_estimate(SimpleNamespace(T=T, n=p["n"], d=d, d_o=1), p["H"], p["d_h"], 1),
+                       f"the point {vary} = {p[vary]} (T = {T} examples, H = {p['H']} heads)")
     rows = []
     for p in points:
         rows.append(point(kind, p["H"], p["n"], d, p["d_h"], seed))
@@ -114,10 +122,12 @@ def plot(rows: list[dict], vary: str, path) -> None:
     ``[plot]`` extra).
 
     Raises:
-        InputError: another suffix, or matplotlib is missing.
+        InputError: another suffix, matplotlib is missing, or ``rows`` are not one sweep of one
+            context kind over ``vary`` (no rows, another parameter varying too).
     """
-    from .io import write_atomic
-    write_atomic(path, plot_bytes(rows, vary, Path(path).suffix))
+    from .io import as_path, write_atomic
+    path = as_path(path, "path")
+    write_atomic(path, plot_bytes(rows, vary, path.suffix))
 
 
 def plot_bytes(rows: list[dict], vary: str, suffix: str) -> bytes:
@@ -125,6 +135,7 @@ def plot_bytes(rows: list[dict], vary: str, suffix: str) -> bytes:
     if suffix.lower() not in PLOT_SUFFIXES:
         raise InputError(f"a plot is written as .svg or .png, not {suffix or 'a file without a suffix'}",
                          what="invalid option")
+    _one_sweep(rows, vary)
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -135,6 +146,30 @@ def plot_bytes(rows: list[dict], vary: str, suffix: str) -> bytes:
     # the same rows give the same file.
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "mha-construct"}):
         return _draw(plt, rows, vary, suffix.lower()[1:])
+
+
+def _one_sweep(rows, vary: str) -> None:
+    """Refuse what :func:`plot` cannot draw as one curve per measure: no rows, rows that are not
+    :func:`sweep`'s, several context kinds, or a parameter besides ``vary`` that varies."""
+    if vary not in VARIES:
+        raise InputError(f"vary must be one of {', '.join(VARIES)}, got {vary!r}", what="invalid option")
+    if isinstance(rows, (str, bytes, dict)) or not isinstance(rows, Iterable):
+        raise InputError(f"rows: expected a list of sweep rows, got {type(rows).__name__}", what="invalid rows")
+    rows = list(rows)
+    if not rows:
+        raise InputError("rows: no rows to draw", what="invalid rows")
+    if not all(isinstance(r, dict) and set(FIELDS) <= set(r) for r in rows):
+        raise InputError(f"rows: each row must be a dict with {', '.join(FIELDS)} (construct.sweeps.sweep)",
+                         what="invalid rows")
+    kinds = sorted({str(r["kind"]) for r in rows})
+    if len(kinds) > 1:
+        raise InputError(f"rows: {' and '.join(kinds)} kinds in one figure; draw each kind's rows apart",
+                         what="invalid rows")
+    tied = vary == "n" and all(r["d_h"] == r["n"] for r in rows)
+    for key in ("H", "n", "d", "d_h"):
+        if key != vary and not (tied and key == "d_h") and len({r[key] for r in rows}) > 1:
+            raise InputError(f"rows: {key} varies as well as {vary}; a figure draws a sweep over one of them",
+                             what="invalid rows")
 
 
 def _draw(plt, rows: list[dict], vary: str, kind: str) -> bytes:
@@ -148,8 +183,10 @@ def _draw(plt, rows: list[dict], vary: str, kind: str) -> bytes:
     ax.plot(x, [r["generic_rank"] for r in rows], "s:", color="tab:orange", ms=5, label="rank Z, random weights",
             zorder=3)
     r0 = rows[0]
-    fixed = {k: r0[k] for k in ("H", "n", "d", "d_h") if k != vary and not (vary == "n" and k == "d_h")}
-    ax.set_xlabel({"H": "heads H", "n": "context size n (d_h = n)", "d_h": "head dimension d_h"}[vary])
+    tied = vary == "n" and all(r["d_h"] == r["n"] for r in rows)         # d_h follows n (its default)
+    fixed = {k: r0[k] for k in ("H", "n", "d", "d_h") if k != vary and not (tied and k == "d_h")}
+    ax.set_xlabel({"H": "heads H", "n": "context size n (d_h = n)" if tied else "context size n",
+                   "d_h": "head dimension d_h"}[vary])
     ax.set_ylabel("examples memorized / rank of Z")
     ax.set_title(f"{r0['kind']} contexts, " + ", ".join(f"{k} = {v}" for k, v in fixed.items()))
     ax.grid(alpha=0.3)

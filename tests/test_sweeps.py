@@ -123,6 +123,12 @@ def test_a_value_out_of_range_is_refused_before_the_first_point(tmp_path, capsys
     assert not (tmp_path / "p.csv").exists()
     with pytest.raises(InputError, match="values: H"):
         sweeps.sweep("H", [2, 0])
+    # A hostile trial: a 0-d array raised NumPy's TypeError; duplicates, refused by the command
+    # line, were run twice.
+    import numpy as np
+    for values, message in ((np.array(2), "sequence of integers"), ([2, 3, 2], "H = 2 given more than once")):
+        with pytest.raises(InputError, match=message):
+            sweeps.sweep("H", values)
 
 
 def test_a_plot_is_the_same_bytes_every_time(rows, tmp_path):
@@ -150,3 +156,48 @@ def test_an_output_under_a_file_is_refused_before_anything_is_written(tmp_path, 
     err = capsys.readouterr().err
     assert code == 2 and "file" in err and "not a folder" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_a_point_too_large_for_the_memory_is_refused_before_the_first_point(tmp_path, capsys, monkeypatch):
+    # A hostile trial: H = 1, 2 ran, then H = 1000000 was refused for its memory, and the two rows
+    # computed were lost.
+    import construct.sweeps as sweeps
+    monkeypatch.setattr(sweeps, "point", lambda *a, **k: pytest.fail("a point ran"))
+    code = main(["capacity", "--vary", "H", "--values", "1", "2", "1000000", "--context", "4", "--dim", "6",
+                 "--csv", str(tmp_path / "s.csv")])
+    err = capsys.readouterr().err
+    assert code == 2 and "memory" in err and "H = 1000000" in err
+    assert not (tmp_path / "s.csv").exists()
+
+
+def _row(**change):
+    row = dict(kind="independent", H=2, n=3, d=6, d_h=3, bound=5, certified=5, generic_T=10, generic_rank=9,
+               seconds=0.1)
+    row.update(change)
+    return row
+
+
+def test_plot_refuses_rows_it_cannot_draw_by_name(tmp_path):
+    # A hostile trial: these raised IndexError, KeyError or TypeError, or drew a wrong figure
+    # (rows varying H drawn against n; two kinds as one zig-zag line).
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "p.svg"
+    cases = [([], "H", out, "no rows"), ([_row()], "X", out, "vary"), ([_row()], "H", None, "path"),
+             ([_row(n=3, H=2), _row(n=4, H=3)], "n", out, "H varies"),
+             ([_row(H=2), _row(H=3, kind="shared")], "H", out, "kinds")]
+    for rows, vary, path, message in cases:
+        with pytest.raises(InputError, match=message):
+            plot(rows, vary, path)
+    assert not out.exists()
+
+
+def test_a_sweep_over_n_at_a_fixed_head_dimension_says_so_in_its_figure(tmp_path):
+    # A hostile trial: --vary n --head-dim 2 was drawn as "context size n (d_h = n)".
+    pytest.importorskip("matplotlib")
+    rows = [_row(n=3, d_h=2, bound=3), _row(n=4, d_h=2, bound=3)]
+    plot(rows, "n", tmp_path / "p.svg")
+    svg = (tmp_path / "p.svg").read_text()
+    assert "d_h = n" not in svg and "d_h = 2" in svg
+    tied = [_row(n=3, d_h=3), _row(n=4, d_h=4, bound=7)]
+    plot(tied, "n", tmp_path / "q.svg")
+    assert "d_h = n" in (tmp_path / "q.svg").read_text()
