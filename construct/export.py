@@ -30,6 +30,7 @@ import numpy as np
 
 from .errors import InputError, numpy_error_defaults
 from .io import as_path
+from .limits import library
 from .model import MATRICES as _NAMES
 from .model import PRELAYER_VERSION, Weights, as_weights, check_compatible, checked_weights
 
@@ -54,10 +55,11 @@ def export_bytes(weights: Weights, fmt: str, dtype: str = "float64", report_sha2
     w = checked_weights(weights)
     arrays = representable(w, np.dtype(dtype), "export them as float64 (--dtype float64), or build from rescaled data")
     if fmt == "safetensors":
-        from safetensors.numpy import save
+        save = library("safetensors.numpy", "safetensors").save
         return _sorted_metadata(save(arrays, metadata=_metadata(w, dtype, report_sha256)))
     if fmt == "onnx":
         return onnx_model(w, dtype).SerializeToString()
+    library("torch", "torch")
     import torch
     from .torch_model import to_torch
     buffer = io.BytesIO()
@@ -94,6 +96,7 @@ def _metadata(w: Weights, dtype: str, report_sha256: str | None) -> dict[str, st
 
 def read_safetensors(path: str | os.PathLike) -> Weights:
     """:class:`Weights` (float64) from a safetensors file written by :func:`export_bytes`."""
+    library("safetensors", "safetensors")
     from safetensors import SafetensorError, safe_open
     try:
         if not os.path.isfile(path):
@@ -125,7 +128,7 @@ def read_safetensors(path: str | os.PathLike) -> Weights:
 
 def onnx_model(weights: Weights, dtype: str = "float64"):
     """The model as an ``onnx.ModelProto`` (checked with ``onnx.checker``)."""
-    import onnx
+    onnx = library("onnx", "onnx")
     from onnx import TensorProto, helper, numpy_helper
 
     w = checked_weights(weights)
@@ -193,18 +196,19 @@ def evaluate(path: str | os.PathLike, fmt: str, E: np.ndarray, X: np.ndarray) ->
         raise InputError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}", what="invalid option")
     path = as_path(path, "path")
     if fmt == "onnx":
-        import onnxruntime as ort
+        ort = library("onnxruntime", "onnx")
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         dtype = np.float64 if session.get_inputs()[0].type == "tensor(double)" else np.float32
         return session.run(["f"], {"E": E.astype(dtype), "x": X.astype(dtype)})[0].astype(np.float64)
     if fmt == "safetensors":
-        from safetensors.numpy import load_file
+        load_file = library("safetensors.numpy", "safetensors").load_file
         from .model import forward_unchecked
         arrays = load_file(str(path))
         dtype = arrays["W_K"].dtype
         meta = read_safetensors(path)
         w = Weights(**{n: arrays[n] for n in _NAMES}, skip=meta.skip, prelayer=meta.prelayer)
         return forward_unchecked(E.astype(dtype), X.astype(dtype), w).astype(np.float64)
+    library("torch", "torch")
     import torch
     from .torch_model import load_state_dict
     module = load_state_dict(torch.load(path, weights_only=True))

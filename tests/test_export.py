@@ -392,3 +392,22 @@ def test_to_torch_refuses_a_dtype_the_weights_do_not_fit():
     assert torch.isfinite(to_torch(w).W_V).all()
     fine = to_torch(build(small, 4).weights, dtype=torch.float32)
     assert fine.W_V.dtype == torch.float32
+
+
+@pytest.mark.parametrize("module, call", [
+    ("onnx", lambda w, path: export_bytes(w, "onnx")),
+    ("torch", lambda w, path: export_bytes(w, "torch")),
+    ("safetensors", lambda w, path: export_bytes(w, "safetensors")),
+    ("safetensors", lambda w, path: read_safetensors(path)),
+    ("onnxruntime", lambda w, path: __import__("construct.export").export.evaluate(path, "onnx", None, None)),
+])
+def test_a_missing_library_is_named_with_its_extra(module, call, tmp_path, monkeypatch):
+    # A hostile trial: in Python these raised ModuleNotFoundError, where datasets.digits() and
+    # sweeps.plot() name the extra to install.
+    w = build(synthetic("independent", T=9, n=3, d=4, seed=0), 4).weights
+    path = tmp_path / "m"
+    path.write_bytes(b"")
+    for name in [module, *(m for m in list(sys.modules) if m.startswith(module + "."))]:
+        monkeypatch.setitem(sys.modules, name, None)        # import fails, as when not installed
+    with pytest.raises(InputError, match=rf"missing library: this needs {module}: pip install 'mha-construct\["):
+        call(w, path)
