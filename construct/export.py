@@ -59,8 +59,7 @@ def export_bytes(weights: Weights, fmt: str, dtype: str = "float64", report_sha2
         return _sorted_metadata(save(arrays, metadata=_metadata(w, dtype, report_sha256)))
     if fmt == "onnx":
         return onnx_model(w, dtype).SerializeToString()
-    library("torch", "torch")
-    import torch
+    torch = library("torch", "torch")
     from .torch_model import to_torch
     buffer = io.BytesIO()
     torch.save(to_torch(w, dtype=getattr(torch, dtype)).state_dict(), buffer)
@@ -208,8 +207,7 @@ def evaluate(path: str | os.PathLike, fmt: str, E: np.ndarray, X: np.ndarray) ->
         meta = read_safetensors(path)
         w = Weights(**{n: arrays[n] for n in _NAMES}, skip=meta.skip, prelayer=meta.prelayer)
         return forward_unchecked(E.astype(dtype), X.astype(dtype), w).astype(np.float64)
-    library("torch", "torch")
-    import torch
+    torch = library("torch", "torch")
     from .torch_model import load_state_dict
     module = load_state_dict(torch.load(path, weights_only=True))
     t = module.W_K.dtype

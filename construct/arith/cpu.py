@@ -8,9 +8,8 @@ None of this changes a bit of the results: same seed, same weights, on any numbe
 
 from __future__ import annotations
 
-import math
-
 import contextlib
+import math
 import threading
 
 import numpy as np
