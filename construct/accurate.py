@@ -118,10 +118,11 @@ def rounding_visible(weights: Weights, E, X, out, allowed: float, ar: Arithmetic
     return not max(gap, dword.U * size) <= VISIBLE * allowed
 
 
-def outputs(weights: Weights, E: np.ndarray, X: np.ndarray, probabilities: np.ndarray | None = None) -> dword.DW:
+def outputs(weights: Weights, E, X, probabilities: np.ndarray | None = None) -> dword.DW:
     """The model's outputs on one shared context ``E`` (n, d) or one context per example
     (T, n, d) in double words: ``hi + lo`` within about ``u²·cond`` of the exact model's, ``rad``
     a bound on the rest (not finite where the outputs overflow). :func:`gaps` subtracts labels.
+    ``E`` and ``X`` are float64, or double words: a pre-layer's outputs (:func:`layer_inputs`).
 
     ``probabilities`` (T, H, n), if given, receives every example's softmax under every head in
     float64 (each within ``3u`` plus the double words' radii, relative), for
@@ -129,6 +130,20 @@ def outputs(weights: Weights, E: np.ndarray, X: np.ndarray, probabilities: np.nd
     args = (weights.W_K, weights.W_Q, weights.W_V, weights.W_O, weights.W_D, weights.skip)
     with FLOAT64.session():
         return dword.outputs(E, X, *args, rows=FLOAT64.rows, probabilities=probabilities)
+
+
+def layer_inputs(prelayer: str | None, E: np.ndarray, X: np.ndarray):
+    """What the attention layer reads, for :func:`outputs`: ``(E, X)`` as given (host float64;
+    ``E`` one shared context (n, d) or one per example), or after the pre-layer ``prelayer`` (a
+    weights' name for it) as double words (:func:`construct.dword.mean_shift`). The
+    pre-layer's outputs in float64 are each rounded by ``u·|e + m|``; taken as exact, that
+    rounding passed through the attention layer moved the outputs by several percent of an
+    error near ``u``."""
+    if prelayer is None:
+        return E, X
+    if prelayer != "mean-shift":
+        raise ValueError(f"layer_inputs: no double-word route for the pre-layer {prelayer!r}")
+    return dword.mean_shift(E, X)
 
 
 def gaps(out: dword.DW, Y: np.ndarray) -> np.ndarray:
@@ -140,7 +155,7 @@ def gaps(out: dword.DW, Y: np.ndarray) -> np.ndarray:
         return np.where(np.isfinite(out.rad), s + (e + out.lo), np.nan)
 
 
-def _value_change(old: Weights, new: Weights, E: np.ndarray | None = None) -> np.ndarray:
+def _value_change(old: Weights, new: Weights, E=None) -> np.ndarray:
     """``c_new − c_old`` in double words, rounded: ``c_h = E W_V,h W_O,h W_D`` (H, n, d_o) on a
     shared context ``E``, or ``B_h = W_V,h W_O,h W_D`` (H, d, d_o) without one."""
     def values(w: Weights) -> dword.DW:
@@ -152,10 +167,10 @@ def _value_change(old: Weights, new: Weights, E: np.ndarray | None = None) -> np
 
 
 def changed_outputs(out: dword.DW, probabilities: np.ndarray, old: Weights, new: Weights,
-                    E: np.ndarray) -> dword.DW:
+                    E) -> dword.DW:
     """The outputs of ``new`` from those of ``old`` (``out``, double words from :func:`outputs`
-    with its ``probabilities``), for weights that differ in ``W_V`` and ``W_O`` alone: a readout
-    corrected. Double words again, the change added without rounding ``out`` (its ``rad`` is
+    with its ``probabilities``, and its ``E``), for weights that differ in ``W_V`` and ``W_O``
+    alone: a readout corrected. Double words again, the change added without rounding ``out`` (its ``rad`` is
     ``out``'s: the change's own error, below, is not in it).
 
     The model is ``f(t) = Σ_h Σ_j p_hj(t) c_hj(t) (+ x(t)^T W_D)`` with ``c_h(t) = E^(t) B_h``,
@@ -177,10 +192,12 @@ def changed_outputs(out: dword.DW, probabilities: np.ndarray, old: Weights, new:
     if not same:
         raise ValueError("changed_outputs: the two models must differ in W_V and W_O alone")
     T, H, n = probabilities.shape
-    if E.ndim == 2:
+    if dword.as_parts(E)[0].ndim == 2:
         delta = _value_change(old, new, E)                                                # (H, n, d_o)
         change = probabilities.reshape(T, H * n) @ delta.reshape(H * n, -1)
     else:
+        if isinstance(E, dword.DW):    # a pre-layer's outputs: E.lo·ΔB is within the γ_{d+2} term
+            E = E.hi
         delta = _value_change(old, new)                                                   # (H, d, d_o)
         change = np.zeros_like(out.hi)
         for h in range(H):

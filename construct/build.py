@@ -17,6 +17,7 @@ import numpy as np
 from . import policy
 from . import precision as precision_mod
 from .accurate import VISIBLE, changed_outputs, gaps, rounding_visible, shared_context
+from .accurate import layer_inputs as accurate_inputs
 from .accurate import outputs as accurate_outputs
 from .arith import Arithmetic, for_bits, gpu
 from .data import Dataset, checked
@@ -121,7 +122,7 @@ def build(data: Dataset, heads: int | None = None, *, head_dim: int | None = Non
         raise InputError([*same.problems, a2], what=f"{same.what}; and A2 fails", counted=False) from None
     layer, layer_why = _prelayer(data, prelayer, min(data.n, d_h))
     original = data
-    exact_inputs = None
+    exact_inputs = layer_dw = None
     if layer is not None:
         with np.errstate(over="ignore", invalid="ignore"):
             E_shifted, X_shifted = mean_shift(data.E, data.X)
@@ -133,36 +134,45 @@ def build(data: Dataset, heads: int | None = None, *, head_dim: int | None = Non
 
         def shifted(ar: Arithmetic):               # at a higher precision: the layer's outputs in it
             return mean_shift(ar.asarray(original.E), ar.asarray(original.X), ar)
-        exact_inputs = shifted
+
+        def in_double_words(shared: bool):         # in float64: them in double words, for the refinement
+            return accurate_inputs(layer, original.E[0] if shared else original.E, original.X)
+        exact_inputs, layer_dw = shifted, in_double_words
     options = dict(heads=H, head_dim=d_h, value_dim=d_v, seed=seed, tol=tol, scale=scale,
                    progress=progress, trace=trace, shifted=layer is not None)
 
-    def at(problem: Dataset, prec: Precision, why: str, with_skip: bool, inputs=None) -> BuildResult:
+    def at(problem: Dataset, prec: Precision, why: str, with_skip: bool, inputs=None, accurate=None) -> BuildResult:
         ar = gpu.arithmetic(where, prec.bits)
         if isinstance(ar, gpu.CuPyFloat64):
             gpu.require_device_memory(ar, gpu.device_memory_estimate(problem, H), what)
         elif where.name == "gpu":                                   # mpmath: on the CPU after all
             require_memory(memory_estimate(problem, H, d_h, d_v), what)
         result = build_in(ar, problem, why, skip=with_skip, inputs=inputs if ar.weights_bits is not None else None,
-                          **options)
+                          layer_words=accurate if ar.weights_bits is None else None, **options)
         ran = "gpu" if isinstance(ar, gpu.CuPyFloat64) else "cpu"
         why = where.why if ran == where.name else f"{prec.bits}-bit mpmath runs on the CPU"
         return replace(result, device=ran, device_reason=why,
                        verification=replace(result.verification, device=ran, device_reason=why))
 
-    def at_each_precision(problem: Dataset, with_skip: bool, inputs=None) -> BuildResult:
-        return policy.choose(problem, H, chosen, lambda prec, why: at(problem, prec, why, with_skip, inputs), d_h,
-                             tol=tol)
+    def at_each_precision(problem: Dataset, with_skip: bool, inputs=None, accurate=None) -> BuildResult:
+        return policy.choose(problem, H, chosen, lambda prec, why: at(problem, prec, why, with_skip, inputs, accurate),
+                             d_h, tol=tol)
 
     exponents = scaling_exponents(data, bool(skip))
     if exponents is not None:
         def unit_inputs(ar: Arithmetic):           # the layer's outputs at unit scale: powers of two, exact
             E_s, X_s = exact_inputs(ar)
             return ar.ldexp(E_s, -exponents[0]), ar.ldexp(X_s, -exponents[1])
+        def unit_double_words(shared: bool):
+            E_s, X_s = layer_dw(shared)
+            return E_s.scaled(-exponents[0]), X_s.scaled(-exponents[1])
         inputs = unit_inputs if exact_inputs is not None else None
-        result = build_scaled(data, exponents, bool(skip), tol, lambda unit: at_each_precision(unit, False, inputs))
+        accurate = unit_double_words if layer_dw is not None else None
+        result = build_scaled(data, exponents, bool(skip), tol,
+                              lambda unit: at_each_precision(unit, False, inputs, accurate),
+                              layer=layer, before_layer=original)
     else:
-        result = at_each_precision(data, bool(skip), exact_inputs)
+        result = at_each_precision(data, bool(skip), exact_inputs, layer_dw)
     if layer is not None:
         result = _with_prelayer(result, original, layer, layer_why, tol)
     return result._seal()
@@ -198,8 +208,10 @@ def _with_prelayer(result: BuildResult, data: Dataset, layer: str, why: str, tol
     """The result of a build on the pre-layer's outputs, as the two-layer model on ``data``.
 
     In float64 the build's check already ran on exactly what :func:`construct.verify` feeds the
-    second layer (the same function on the same numbers); at higher precision the pre-layer's
-    outputs are recomputed at the weights' bits, so the model is verified again as a whole.
+    second layer (the same function on the same numbers; the double words, where it took them,
+    on the layer's outputs in double words too; at unit scale, the two layers on the data as
+    given); at higher precision the pre-layer's outputs are recomputed at the weights' bits, so
+    the model is verified again as a whole.
     """
     w = result.weights
     weights = sealed(w.W_K, w.W_Q, w.W_V, w.W_O, w.W_D, skip=w.skip, bits=w.bits, prelayer=layer)
@@ -217,11 +229,14 @@ def _with_prelayer(result: BuildResult, data: Dataset, layer: str, why: str, tol
 
 def build_in(ar: Arithmetic, data: Dataset, why: str, *, heads: int, head_dim: int, value_dim: int,
              skip: bool, seed: int, tol: float, scale: str, progress: Progress | None = None,
-             trace: bool = False, inputs=None, shifted: bool = False) -> BuildResult:
+             trace: bool = False, inputs=None, shifted: bool = False, layer_words=None) -> BuildResult:
     """The proof's steps in order, in the arithmetic ``ar``, on a checked dataset and options.
 
     ``inputs(ar)``, if given, computes the layer's ``(E, X)`` in ``ar`` (a pre-layer's outputs
     at the build's precision); ``data`` holds them in float64 for the checks and the grouping.
+    ``layer_words(shared)``, if given (float64 weights), gives them as double words
+    (:func:`construct.accurate.layer_inputs`; ``E`` one context (n, d) where ``shared``) for the
+    refinement's outputs in double words.
     ``shifted``: ``data`` are a pre-layer's outputs (errors name the shifted queries).
     """
     timings: dict[str, float] = {}
@@ -262,7 +277,7 @@ def build_in(ar: Arithmetic, data: Dataset, why: str, *, heads: int, head_dim: i
         weights = readout(B)
         outputs = None
         if ar.weights_bits is None:
-            weights, outputs = _refined(ar, ws, data, tol, B, weights, readout)
+            weights, outputs = _refined(ar, ws, data, tol, B, weights, readout, layer_words)
         lap("readout")
     if not ar.rounds_weights:
         # Z was computed head by head with the forward pass's own function on these very W_K,
@@ -305,7 +320,8 @@ def build_in(ar: Arithmetic, data: Dataset, why: str, *, heads: int, head_dim: i
 REFINEMENTS = 2
 
 
-def _refined(ar: Arithmetic, ws: Workspace, data: Dataset, tol: float, B, weights: Weights, readout):
+def _refined(ar: Arithmetic, ws: Workspace, data: Dataset, tol: float, B, weights: Weights, readout,
+             layer_words=None):
     """Float64 weights refined until the exact model reproduces the labels.
 
     The readout ``B`` solves ``Z B = Y`` for the float64 ``Z``; where a second float64 evaluation
@@ -314,8 +330,9 @@ def _refined(ar: Arithmetic, ws: Workspace, data: Dataset, tol: float, B, weight
     min-norm solution of ``Z δ = y − f`` with the factor the construction already has: iterative
     refinement with the residual in double words. A correction changes the values alone, so the
     corrected outputs are the first pass's plus the change through its probabilities
-    (:func:`construct.accurate.changed_outputs`), not a second pass. Returns the weights and
-    their outputs (None when float64's rounding stayed small).
+    (:func:`construct.accurate.changed_outputs`), not a second pass. ``layer_words(shared)``: a
+    pre-layer's outputs in double words, which the double words then read instead of ``data``'s
+    float64 ones. Returns the weights and their outputs (None when float64's rounding stayed small).
     """
     allowed = allowed_error(tol, float(np.abs(data.Y).max()))
     shared = shared_context(data.E)
@@ -327,9 +344,9 @@ def _refined(ar: Arithmetic, ws: Workspace, data: Dataset, tol: float, B, weight
             visible = rounding_visible(weights.map(ar.asarray), ws.E, ws.X, out, allowed, ar)
     if not visible:
         return weights, None
-    E = data.E[0] if shared else data.E
+    E, X = layer_words(shared) if layer_words is not None else (data.E[0] if shared else data.E, data.X)
     probabilities = np.empty((data.T, weights.H, data.n))
-    outputs = accurate_outputs(weights, E, data.X, probabilities)
+    outputs = accurate_outputs(weights, E, X, probabilities)
     for _ in range(REFINEMENTS):
         residual = -gaps(outputs, data.Y)
         if not (np.all(np.isfinite(residual)) and np.abs(residual).max() > VISIBLE * allowed):

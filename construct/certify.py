@@ -48,6 +48,7 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 import numpy as np
 
 from . import dword, enclose
+from .accurate import layer_inputs as accurate_inputs
 from .accurate import shared_context
 from .arith import FLOAT64, Interval, lapack
 from .arith.threads import row_blocks
@@ -410,17 +411,18 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float, softmax_ran
         out, out_rad = enclose.matmul(o, o_rad, weights.W_D)
         bounds = enclose.up(np.abs(out - data.Y) + out_rad, 2).max(axis=1)     # per example
         rank = _gram_rank_claim(Z, rad_norm) if Z is not None else {}
-        # Double words take exact inputs: not after a pre-layer, whose outputs are only enclosed.
-        # Where the Gram route failed they also give the softmax, to about u: on one shared
-        # context it proves the rank without Z (_softmax_rank_claim); otherwise it encloses Z
-        # again, far tighter where the float64 enclosure carries the logits' rounding.
+        # Double words bound the outputs again where the float64 bound exceeds what is allowed,
+        # after a pre-layer on its outputs in double words. Where the Gram route failed they also
+        # give the softmax, to about u: on one shared context it proves the rank without Z
+        # (_softmax_rank_claim); otherwise it encloses Z again, far tighter where the float64
+        # enclosure carries the logits' rounding (not after a pre-layer: those routes take the
+        # layer's inputs as exact).
         refine = softmax_rank and Z is not None and not rank and E_rad is None
         shared = refine and shared_context(data.E)
         softmax = None
         if refine:
             Z, softmax = None, (np.empty((T, H, n)), np.empty((T, H, n)))
-        if E_rad is None:
-            bounds = _tighter(bounds, weights, data, allowed, softmax)
+        bounds = _tighter(bounds, weights, data, allowed, softmax)
         error_bound = float(bounds.max())
         if refine:
             rank = _softmax_rank_claim(*softmax, data.E[0]) if shared else {}
@@ -457,19 +459,20 @@ def _tighter(bounds: np.ndarray, weights: Weights, data: Dataset, allowed: float
     """The per-example bounds on ``max |f − y|``, with the examples whose float64 bound exceeds
     ``allowed`` enclosed again in double words (:func:`construct.dword.outputs`, to about ``u²``);
     an example keeps the smaller of its two bounds. Only those examples pay for it, unless
-    ``softmax`` (two (T, H, n) arrays) asks for every example's softmax and its radius."""
+    ``softmax`` (two (T, H, n) arrays) asks for every example's softmax and its radius. With a
+    pre-layer, on its outputs in double words (:func:`construct.accurate.layer_inputs`)."""
     again = np.arange(data.T) if softmax is not None else np.flatnonzero(~(bounds <= allowed))
     if again.size == 0:
         return bounds
     args = (weights.W_K, weights.W_Q, weights.W_V, weights.W_O, weights.W_D, weights.skip)
+    E = data.E[0] if shared_context(data.E) else data.E[again]
+    E, X = accurate_inputs(weights.prelayer, E, data.X[again])
     with FLOAT64.session():
         if softmax is not None:
-            E = data.E[0] if shared_context(data.E) else data.E
-            tight = dword.outputs(E, data.X, *args, rows=FLOAT64.rows,
-                                  probabilities=softmax[0], probability_radius=softmax[1])
+            tight = dword.outputs(E, X, *args, rows=FLOAT64.rows, probabilities=softmax[0],
+                                  probability_radius=softmax[1])
         else:
-            E = data.E[0] if shared_context(data.E) else data.E[again]
-            tight = dword.outputs(E, data.X[again], *args, rows=FLOAT64.rows)
+            tight = dword.outputs(E, X, *args, rows=FLOAT64.rows)
     bounds = bounds.copy()
     bounds[again] = np.fmin(bounds[again], dword.row_bounds(tight, data.Y[again]))
     return bounds

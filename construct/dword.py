@@ -384,6 +384,49 @@ def exact_matmul(X: np.ndarray, A: DW) -> DW:
     return DW(np.where(np.isfinite(hi), hi, 0.0), np.where(np.isfinite(lo), lo, 0.0), rad)
 
 
+
+def input_matmul(X, A: DW) -> DW:
+    """``X·A`` as :func:`exact_matmul`, for ``X`` float64 or itself a double word (a pre-layer's
+    outputs, :func:`mean_shift`).
+
+    For a double word, ``X.hi·A`` by exact slice products, and ``X.lo·A.hi`` (``X.lo`` is about
+    ``u·|X.hi|``) one float64 product added in: its rounding (``γ_k`` of ``|X.lo|·|A.hi|``),
+    ``X.lo·(A.lo ± A.rad)`` and ``X.rad·|A|`` go into the radius.
+    """
+    if not isinstance(X, DW):
+        return exact_matmul(X, A)
+    out = exact_matmul(X.hi, A)
+    if not (np.any(X.lo) or np.any(X.rad)):
+        return out
+    k = X.hi.shape[-1]
+    with np.errstate(over="ignore", invalid="ignore"):
+        part = X.lo @ A.hi
+        abs_lo = np.abs(X.lo)
+        a_mag = (np.abs(A.hi) + np.abs(A.lo) + A.rad) * _STD
+        err = (abs_lo @ ((np.abs(A.lo) + A.rad + 2 * (k + 2) * U * np.abs(A.hi)) * _STD) + X.rad @ a_mag)
+        err = err * (1 + 2 * (k + 2) * U) + 2 * k * TINY
+        err = np.where(np.isfinite(part) & np.isfinite(err), err * _STD, np.inf)
+    return add(out, DW(np.where(np.isfinite(part), part, 0.0), np.zeros_like(part), err))
+
+
+def mean_shift(E: np.ndarray, X: np.ndarray) -> tuple[DW, DW]:
+    """Proposition 4's layer on float64 data, as double words: ``e + m`` for every context token
+    and ``x + m`` for the query, ``m`` the mean of the example's context (``E`` (T, n, d), or
+    one shared context (n, d); ``X`` (T, d)). The exact layer is that: its attention is uniform
+    (``softmax(0) = 1/n``) and its maps the identity. Within about ``u²`` of the exact values; a
+    float64 shift rounds each token by ``u·|e + m|``, which the attention layer's double words
+    would otherwise take as exact.
+    """
+    shared = E.ndim == 2
+    contexts = E[None] if shared else E
+    n = contexts.shape[1]
+    total = DW.exact(contexts[:, 0, :])
+    for j in range(1, n):
+        total = add(total, DW.exact(contexts[:, j, :]))                                # (T or 1, d)
+    mean = mul(total, DW(*(np.full(1, v) for v in _fraction_dw(Fraction(1, n)))))
+    E2 = add(DW.exact(contexts), mean[:, None, :])
+    return (E2[0] if shared else E2), add(DW.exact(X), mean)
+
 def matmul(A: DW, B: DW) -> DW:
     """``A·B`` for small double words (batched over leading axes), term by term."""
     k = A.hi.shape[-1]
@@ -463,7 +506,8 @@ def outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: bool, r
             heads_per_block: int = 16, probabilities: np.ndarray | None = None,
             probability_radius: np.ndarray | None = None) -> DW:
     """The exact model's outputs (T, d_o) as double words; ``E`` is one shared context (n, d)
-    (:func:`shared_outputs`) or one context per example (T, n, d). ``probabilities`` and
+    (:func:`shared_outputs`) or one context per example (T, n, d). ``E`` and ``X`` are float64,
+    or double words (a pre-layer's outputs, :func:`mean_shift`). ``probabilities`` and
     ``probability_radius`` (T, H, n), if given, receive every example's softmax in float64 and
     a bound on each one's distance from the exact softmax, as in :func:`shared_outputs`.
 
@@ -473,10 +517,11 @@ def outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: bool, r
     ``E^(t) (W_V,h W_O,h W_D)`` likewise; the softmax as on a shared context. ``rows(fn, T)`` as
     in :func:`shared_outputs`.
     """
-    if E.ndim == 2:
+    if as_parts(E)[0].ndim == 2:
         return shared_outputs(E, X, W_K, W_Q, W_V, W_O, W_D, skip, rows, heads_per_block, probabilities,
                               probability_radius)
-    T, n, d = E.shape
+    E, X = _as_dw(E), _as_dw(X)
+    T, n, d = E.hi.shape
     H = W_V.shape[0]
     N = exact_matmul(W_Q, DW.exact(np.swapaxes(W_K, 1, 2)))                           # (H, d, d)
     C = value_maps(W_V, W_O, W_D)                                                     # (H, d, d_o)
@@ -490,26 +535,44 @@ def outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: bool, r
 
     def _rows(lo: int, hi: int) -> None:
         R = hi - lo
-        Er, Xr = E[lo:hi], X[lo:hi]
+        Er, Xr = _exact_or(E[lo:hi]), _exact_or(X[lo:hi])
         acc = DW.exact(np.zeros((R, d_o)))
         for h0 in range(0, H, heads_per_block):
             hs = slice(h0, min(H, h0 + heads_per_block))
             b = hs.stop - hs.start
-            w = exact_matmul(Xr, _columns(N, hs))                                      # (R, b·d)
+            w = input_matmul(Xr, _columns(N, hs))                                      # (R, b·d)
             w = DW(*(v.reshape(R, b, d).transpose(0, 2, 1) for v in (w.hi, w.lo, w.rad)))
-            L = exact_matmul(Er, w)                                                    # (R, n, b)
+            L = input_matmul(Er, w)                                                    # (R, n, b)
             L = DW(*(v.transpose(0, 2, 1) for v in (L.hi, L.lo, L.rad)))               # (R, b, n)
-            c = exact_matmul(Er.reshape(R * n, d), _columns(C, hs))                    # (R·n, b·d_o)
+            c = input_matmul(_reshape(Er, (R * n, d)), _columns(C, hs))                # (R·n, b·d_o)
             c = DW(*(v.reshape(R, n, b, d_o).transpose(0, 2, 1, 3) for v in (c.hi, c.lo, c.rad)))
             p = None if probabilities is None else probabilities[lo:hi, hs, :]
             r = None if probability_radius is None else probability_radius[lo:hi, hs, :]
             acc = _sum_heads(acc, _attend(L, c, p, r))
         if skip:
-            acc = add(acc, matmul(DW.exact(Xr[None]), DW.exact(W_D[None]))[0])
+            acc = add(acc, matmul(_as_dw(Xr)[None], DW.exact(W_D[None]))[0])
         out.hi[lo:hi], out.lo[lo:hi], out.rad[lo:hi] = acc.hi, acc.lo, acc.rad
 
     (rows or (lambda fn, count: [fn(0, count)]))(part, T)
     return out
+
+
+def as_parts(x) -> tuple:
+    """``(hi, lo, rad)`` of a double word, ``(x,)`` of a float64 array."""
+    return (x.hi, x.lo, x.rad) if isinstance(x, DW) else (x,)
+
+
+def _as_dw(x) -> DW:
+    return x if isinstance(x, DW) else DW.exact(x)
+
+
+def _exact_or(x: DW):
+    """``x``'s float64 values where it is exact (the slices' fast route), else ``x`` itself."""
+    return x if np.any(x.lo) or np.any(x.rad) else x.hi
+
+
+def _reshape(x, shape):
+    return DW(*(v.reshape(shape) for v in as_parts(x))) if isinstance(x, DW) else x.reshape(shape)
 
 
 # Examples per block of either route: a block's arrays (256 × 16 heads × n) stay in cache, which
@@ -518,17 +581,19 @@ def outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: bool, r
 _BLOCK_ROWS = 256
 
 
-def shared_values(E: np.ndarray, W_V, W_O, W_D) -> DW:
+def shared_values(E, W_V, W_O, W_D) -> DW:
     """``c_h = E (W_V,h (W_O,h W_D))`` (H, n, d_o) in double words: what each head's softmax
-    weighs on the shared context ``E`` (n, d)."""
-    H, n = W_V.shape[0], E.shape[0]
-    return matmul(DW.exact(np.broadcast_to(E, (H, n, E.shape[1]))), value_maps(W_V, W_O, W_D))
+    weighs on the shared context ``E`` (n, d), float64 or a double word."""
+    E = _as_dw(E)
+    H, (n, d) = W_V.shape[0], E.hi.shape
+    return matmul(DW(*(np.broadcast_to(v, (H, n, d)) for v in as_parts(E))), value_maps(W_V, W_O, W_D))
 
 
 def shared_outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: bool, rows=None,
                    heads_per_block: int = 16, probabilities: np.ndarray | None = None,
                    probability_radius: np.ndarray | None = None) -> DW:
-    """The exact model's outputs (T, d_o) on one shared context ``E`` (n, d), as double words.
+    """The exact model's outputs (T, d_o) on one shared context ``E`` (n, d), as double words;
+    ``E`` and ``X`` float64 or double words.
 
     Per head: ``A_h = W_Q,h (W_K,h^T E^T)`` (d, n) and ``c_h = E (W_V,h (W_O,h W_D))`` (n, d_o) in
     double words; the logits ``X A_h`` by exact slice products; the softmax as
@@ -539,11 +604,13 @@ def shared_outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: 
     H, n), if given with it, a bound on each one's distance from the exact softmax
     (:func:`_attend`).
     """
-    T, d = X.shape
+    E, X = _as_dw(E), _as_dw(X)
+    T, d = X.hi.shape
     H = W_V.shape[0]
-    n = E.shape[0]
+    n = E.hi.shape[0]
     dw = DW.exact
-    B = matmul(dw(np.swapaxes(W_K, 1, 2)), dw(np.broadcast_to(E.T, (H, d, n))))           # (H, d_h, n)
+    E_T = DW(*(np.broadcast_to(v.T, (H, d, n)) for v in as_parts(E)))
+    B = matmul(dw(np.swapaxes(W_K, 1, 2)), E_T)                                           # (H, d_h, n)
     A = matmul(dw(W_Q), B)                                                                 # (H, d, n)
     C = shared_values(E, W_V, W_O, W_D)                                                    # (H, n, d_o)
     d_o = W_D.shape[1]
@@ -559,13 +626,13 @@ def shared_outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: 
         acc = DW.exact(np.zeros((hi - lo, d_o)))
         for h0 in range(0, H, heads_per_block):
             hs = slice(h0, min(H, h0 + heads_per_block))
-            L = exact_matmul(Xr, _columns(A, hs))                                          # (rows, |hs|·n)
+            L = input_matmul(_exact_or(Xr), _columns(A, hs))                               # (rows, |hs|·n)
             L = DW(*(v.reshape(hi - lo, hs.stop - hs.start, n) for v in (L.hi, L.lo, L.rad)))
             p = None if probabilities is None else probabilities[lo:hi, hs, :]
             r = None if probability_radius is None else probability_radius[lo:hi, hs, :]
             acc = _sum_heads(acc, _attend(L, C[hs], p, r))
         if skip:
-            acc = add(acc, matmul(dw(Xr[None]), dw(W_D[None]))[0])
+            acc = add(acc, matmul(DW(*(v[None] for v in as_parts(Xr))), dw(W_D[None]))[0])
         out.hi[lo:hi], out.lo[lo:hi], out.rad[lo:hi] = acc.hi, acc.lo, acc.rad
 
     (rows or (lambda fn, count: [fn(0, count)]))(part, T)

@@ -39,10 +39,13 @@ def scaling_exponents(data: Dataset, skip: bool) -> tuple[int, int, int] | None:
     return e_E, e_X, max(e_Y, 0)
 
 
-def build_scaled(data: Dataset, exponents: tuple[int, int, int], skip: bool, tol: float, build_unit):
+def build_scaled(data: Dataset, exponents: tuple[int, int, int], skip: bool, tol: float, build_unit,
+                 layer: str | None = None, before_layer: Dataset | None = None):
     """``build_unit(unit_data)`` (a build without skip) on data at unit scale
     (:func:`scaling_exponents`), the weights scaled back and checked by the forward pass on the
-    data as given.
+    data as given. After a pre-layer ``layer``, ``data`` holds its float64 outputs and
+    ``before_layer`` the data it reads: the weights carry the layer, and the check is the two
+    layers' on ``before_layer``.
 
     Raises:
         InputError: weights at the data's scale are beyond float64's range, or do not reproduce
@@ -57,12 +60,12 @@ def build_scaled(data: Dataset, exponents: tuple[int, int, int], skip: bool, tol
     ar = for_bits(w.bits)
     with np.errstate(over="ignore", under="ignore"):             # out of range: refused below
         weights = sealed(ar.ldexp(w.W_K, -e_E), ar.ldexp(w.W_Q, -e_X), ar.ldexp(w.W_V, e_Y - e_E),
-                         w.W_O.copy(), w.W_D.copy(), skip=skip, bits=w.bits)
+                         w.W_O.copy(), w.W_D.copy(), skip=skip, bits=w.bits, prelayer=layer)
     scales = (f"max |E| ≈ 2^{e_E}, max |X| ≈ 2^{e_X}, targets up to 2^{e_Y}")
     if not all(np.isfinite(FLOAT64.to_host(getattr(weights, m))).all() for m in ("W_K", "W_Q", "W_V")):
         raise InputError(f"the data's scale ({scales}) puts the weights that memorize it beyond float64's "
                          "range; rescale E, X or Y towards 1", what="data out of range")
-    check = verify(weights, data, tol)
+    check = verify(weights, data if layer is None else before_layer, tol)
     skip_top = float(np.abs(X_o).max()) if skip else 0.0
     if not check.passed and check.rank_Z == check.T and 2.0 ** -53 * skip_top >= check.tol / 8:
         raise InputError(f"with --skip the output is x's first d_o coordinates (up to {skip_top:.3g}) plus the "

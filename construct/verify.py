@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from .accurate import gaps as gaps_from
+from .accurate import layer_inputs as accurate_inputs
 from .accurate import outputs as accurate_outputs
 from .accurate import rounding_visible, shared_context
 from .arith import FLOAT64, Arithmetic, gpu
@@ -78,7 +79,8 @@ class Verification:
 
 
 def check(ar: Arithmetic, Z, weights: Weights, data: Dataset, tol: float = DEFAULT_TOL,
-          reduction=None, outputs=None, detect: bool = True, overwrite: bool = False) -> Verification:
+          reduction=None, outputs=None, detect: bool = True, overwrite: bool = False,
+          before_layer: Dataset | None = None) -> Verification:
     """Verify from a computed feature matrix ``Z`` (T, H·d) in arithmetic ``ar``, with ``data`` in it.
 
     ``reduction``: the row-space factor the construction grew over all of ``Z``, when there is
@@ -88,7 +90,9 @@ def check(ar: Arithmetic, Z, weights: Weights, data: Dataset, tol: float = DEFAU
     come from ``Z``, and, for float64 weights on a shared context where a second float64
     evaluation shows rounding near the tolerance, again in double words (``detect=False``: the
     caller has already looked, as the build does). ``overwrite``: ``Z`` is the caller's to
-    spend: once the outputs are known, the rank may factor it in place.
+    spend: once the outputs are known, the rank may factor it in place. ``before_layer``: with a
+    pre-layer, the data as given (host float64), ``data`` holding the layer's outputs: the
+    double words then take the layer's outputs in double words too.
     """
     allowed = allowed_error(tol, float(np.abs(ar.to_host(data.Y)).max()))
     how, sigma_above = ar.name, None
@@ -99,7 +103,7 @@ def check(ar: Arithmetic, Z, weights: Weights, data: Dataset, tol: float = DEFAU
             if reduction is None and ar.xp is np and weights.bits is None and ar.weights_bits is None:
                 sigma_above = _readout_sigma(weights, out, data.X)
             if detect and weights.bits is None and ar.weights_bits is None:
-                outputs = _where_rounding_shows(ar, weights, data, out, allowed)
+                outputs = _where_rounding_shows(ar, weights, data, out, allowed, before_layer)
         if outputs is not None:
             gaps, how = gaps_from(outputs, ar.to_host(data.Y)), "double words"
         err = float(np.abs(gaps).max())
@@ -159,18 +163,25 @@ def _row_rank(ar: Arithmetic, Z, E, reduction=None, overwrite: bool = False,
     return ar.row_rank(Z, reduction, overwrite, sigma_above)
 
 
-def _where_rounding_shows(ar: Arithmetic, weights: Weights, data: Dataset, out, allowed: float):
+def _where_rounding_shows(ar: Arithmetic, weights: Weights, data: Dataset, out, allowed: float,
+                          before_layer: Dataset | None = None):
     """Float64 outputs ``out`` where a second float64 evaluation, in another order of operations,
     differs by a visible fraction of ``allowed`` (shared contexts, square ones), or where
-    ``allowed`` is near float64's rounding of the outputs: the outputs in double words (host).
-    Otherwise None."""
+    ``allowed`` is near float64's rounding of the outputs: the outputs in double words (host),
+    on the pre-layer's outputs in double words where ``before_layer`` (the data it reads) is
+    given. Otherwise None."""
     host, E, X = weights.map(ar.to_numpy), ar.to_host(data.E), ar.to_host(data.X)
     shared = shared_context(E)
     if shared:
         visible = rounding_visible(host, E[0], X, ar.to_host(out), allowed)
     else:                                      # the weights, E and X are in the arithmetic
         visible = rounding_visible(weights, data.E, data.X, out, allowed, ar)
-    return accurate_outputs(host, E[0] if shared else E, X) if visible else None
+    if not visible:
+        return None
+    if before_layer is not None:                # the pre-layer's outputs in double words
+        E, X = before_layer.E, before_layer.X
+    E, X = accurate_inputs(weights.prelayer if before_layer is not None else None, E[0] if shared else E, X)
+    return accurate_outputs(host, E, X)
 
 
 @numpy_error_defaults
@@ -204,7 +215,8 @@ def verify(weights: Weights, data: Dataset, tol: float = DEFAULT_TOL, *, device:
         with ar.session(), np.errstate(over="ignore", invalid="ignore"):   # rows in parallel; overflow
             Z = feature_matrix(data_ar.E, data_ar.X, w_ar, ar, layered=True)                # is judged below, not warned
         with ar.heavy():                            # the rank: LAPACK on every thread
-            v = check(ar, Z, w_ar, data_ar, tol, overwrite=True)
+            v = check(ar, Z, w_ar, data_ar, tol, overwrite=True,
+                      before_layer=data if weights.prelayer is not None else None)
     ran = "gpu" if isinstance(ar, gpu.CuPyFloat64) else "cpu"
     return replace(v, device=ran,
                    device_reason=where.why if ran == where.name else f"{weights.bits}-bit mpmath runs on the CPU")

@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from construct import ConstructionError, build, dword, synthetic, verify
+from construct import ConstructionError, as_dataset, build, dword, synthetic, verify
 from construct.accurate import VISIBLE, changed_outputs, gaps, reordered_outputs, rounding_visible
 from construct.accurate import outputs as accurate_outputs
 from construct.arith import FLOAT64, Mpmath
 from construct.certify import certify
 from construct.dword import U
-from construct.model import feature_matrix, forward, output_from_features, sealed
+from construct.model import feature_matrix, forward, layer_inputs, output_from_features, sealed
 
 TIGHT = 2e-12
 
@@ -249,7 +249,6 @@ def near_twins():
     rng = np.random.default_rng(2)
     E = rng.normal(size=(141, 8, 16))
     E[:, 1] = E[:, 0] + 1e-7 * rng.normal(size=(141, 16))
-    from construct import as_dataset
     return as_dataset(E, rng.normal(size=(141, 16)), rng.uniform(size=141))
 
 
@@ -290,6 +289,66 @@ def test_verify_reports_the_exact_error_below_the_labels_own_rounding(fine):
         assert v.outputs == "double words" and v.passed is passes
         assert abs(v.max_abs_error - error) <= 1e-6 * error
 
+
+
+# With Proposition 4's pre-layer (general position, T = 21, n = 6, d = 8, H = 4, the data's seed
+# 2, the build's 0): verify took the layer's outputs in float64, each token rounded to u·|e|,
+# and evaluated the attention layer in double words on those. The exact two-layer model misses
+# by 1.87e-15; verify reported 1.70e-15 and passed a tolerance of 0.999 times the exact error.
+@pytest.fixture(scope="module")
+def layered():
+    data = synthetic("general-position", T=4 * 5 + 1, n=6, d=8, seed=2)
+    return data, build(data, 4, seed=0, prelayer="mean-shift").weights
+
+
+def _two_layer_error_at_300_bits(weights, data) -> float:
+    exact = Mpmath(300)
+    with exact.working():
+        w = weights.map(exact.asarray, bits=None)
+        E, X = layer_inputs(weights, exact.asarray(data.E), exact.asarray(data.X), exact)
+        out = output_from_features(feature_matrix(E, X, w, exact, layered=True), X, w, exact)
+        return max(abs(float(o - y)) for o, y in zip(out.ravel(), data.Y.ravel()))
+
+
+def test_verify_after_the_pre_layer_reports_the_exact_two_layer_error(layered):
+    data, weights = layered
+    error = _two_layer_error_at_300_bits(weights, data)
+    assert 1e-15 < error < 1e-14
+    for tol, passes in ((0.95 * error, False), (1.05 * error, True)):
+        v = verify(weights, data, tol=tol)
+        assert v.outputs == "double words" and v.passed is passes
+        assert abs(v.max_abs_error - error) <= 1e-6 * error
+
+
+@pytest.mark.parametrize("scale", [0, 80])
+def test_a_tight_build_after_the_pre_layer_memorizes_in_the_exact_two_layer_model(scale):
+    # Shared contexts (T = 21, n = 6, d = 8, H = 4, the data's seed 2) at a tolerance of 2e-13:
+    # the refinement, against the layer's float64 outputs, reported 8e-15 for weights whose exact
+    # two-layer model misses by 5.1e-13. Scaled by 2^80, the data are built at unit scale and
+    # checked at their own.
+    data = synthetic("shared", T=4 * 5 + 1, n=6, d=8, seed=2)
+    data = as_dataset(np.ldexp(data.E, scale), np.ldexp(data.X, scale), data.Y)
+    result = build(data, 4, seed=0, prelayer="mean-shift", tol=2e-13, precision="float64")
+    v = result.verification
+    error = _two_layer_error_at_300_bits(result.weights, data)
+    assert v.outputs == "double words" and error <= v.tol
+    assert abs(v.max_abs_error - error) <= 1e-6 * error
+
+
+def test_certificates_after_the_pre_layer_bound_the_exact_error_to_double_words(layered):
+    # The float64 enclosure bounds this model's error by about 4e-11; on the layer's outputs in
+    # double words the bound sits on the exact error, and a label moved past what is allowed is
+    # refused.
+    data, weights = layered
+    error = _two_layer_error_at_300_bits(weights, data)
+    cert = certify(weights, data, tol=4 * error, method="float64")
+    bound = cert.claims["memorization"]["max_abs_error_bound"]
+    assert cert.passed and error <= bound <= 1.02 * error            # (rounded up to three digits)
+    Y = data.Y.copy()
+    Y[5, 0] += cert.claims["allowed"] + 2 * error
+    refused = certify(weights, type(data)(data.E, data.X, Y), tol=4 * error, method="float64")
+    assert not refused.claims["memorization"]["proven"]
+    assert refused.claims["memorization"]["max_abs_error_bound"] >= cert.claims["allowed"] + error
 
 def test_rounding_is_visible_where_float64_cannot_resolve_the_outputs_themselves():
     # Two evaluations that agree to the last bit say nothing below float64's own rounding of the

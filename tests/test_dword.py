@@ -472,3 +472,59 @@ def test_row_bounds_enclose_the_error_and_do_not_add_the_low_words_size(hi, lo_f
     bound = dword.row_bounds(out, np.array([[y]]))[0]
     assert Fraction(bound) >= exact + Fraction(rad)
     assert bound <= (float(exact) + rad) * (1 + 64 * dword.U) + 8 * dword.TINY
+
+
+# --- inputs that are themselves double words: Proposition 4's pre-layer ------------------------
+
+def _exact_two_layer_outputs(data, w: Weights):
+    """The two-layer model (``w.prelayer`` first) in 300-bit mpmath, the data taken as exact."""
+    from construct.model import feature_matrix, layer_inputs, output_from_features
+    p = Mpmath(300)
+    with p.working():
+        wp = w.map(p.asarray)
+        E, X = layer_inputs(w, p.asarray(data.E), p.asarray(data.X), p)
+        out = output_from_features(feature_matrix(E, X, wp, p, layered=True), X, wp, p)
+    return [out.flat[i] for i in range(out.size)]
+
+
+@settings(deadline=None, max_examples=40)
+@given(seeds, st.integers(1, 7), st.integers(1, 5), st.integers(0, 30))
+def test_mean_shift_encloses_the_exact_layer(seed, n, d, spread):
+    # e + mean(E) and x + mean(E) exactly (rationals), for tokens of widely spread sizes
+    rng = np.random.default_rng(seed)
+    T = 3
+    E = rng.standard_normal((T, n, d)) * np.exp2(rng.integers(-spread, spread + 1, (T, n, d)))
+    X = rng.standard_normal((T, d)) * np.exp2(rng.integers(-spread, spread + 1, (T, d)))
+    E2, X2 = dword.mean_shift(E, X)
+    assert E2.hi.shape == E.shape and X2.hi.shape == X.shape
+    for t in range(T):
+        for k in range(d):
+            mean = sum(Fraction(float(E[t, j, k])) for j in range(n)) / n
+            for got, base in [((E2, (t, j, k)), E[t, j, k]) for j in range(n)] + [((X2, (t, k)), X[t, k])]:
+                dw, i = got
+                exact = Fraction(float(base)) + mean
+                centre = Fraction(float(dw.hi[i])) + Fraction(float(dw.lo[i]))
+                assert abs(exact - centre) <= Fraction(float(dw.rad[i]))
+                assert dw.rad[i] <= 2.0 ** -100 * (abs(float(base)) + np.abs(E[t, :, k]).max()) + 1e-300
+
+
+@settings(deadline=None, max_examples=15)
+@given(seeds, st.integers(1, 3), st.integers(2, 4), st.integers(0, 3), st.booleans(), st.integers(1, 2),
+       st.booleans())
+def test_outputs_after_the_pre_layer_enclose_the_exact_two_layer_model(seed, H, n, extra, skip, d_o, shared):
+    # The pre-layer's outputs as double words, then the attention layer on them: the exact model
+    # of the two layers lies inside, to about u² (in float64 the shift alone rounds by u·|e|).
+    rng = np.random.default_rng(seed)
+    d, T = n + extra, 5
+    E = rng.standard_normal((T, n, d)) * np.exp2(rng.integers(-3, 4, (T, n, d)))
+    if shared:
+        E[:] = E[0]
+    X = rng.standard_normal((T, d))
+    d_h, d_v = rng.integers(1, 4), rng.integers(1, 3)
+    w = Weights(W_K=rng.standard_normal((H, d, d_h)) * 8, W_Q=rng.standard_normal((H, d, d_h)),
+                W_V=rng.standard_normal((H, d, d_v)) * 1e6, W_O=rng.standard_normal((H * d_v, d)),
+                W_D=rng.standard_normal((d, d_o)), skip=skip, prelayer="mean-shift")
+    E2, X2 = dword.mean_shift(E, X)
+    out = dword.outputs(E2[0] if shared else E2, X2, w.W_K, w.W_Q, w.W_V, w.W_O, w.W_D, skip)
+    assert _encloses(out, _exact_two_layer_outputs(Dataset(E, X, np.zeros((T, d_o))), w))
+    assert np.all(out.rad <= 1e-20 * (1 + np.abs(out.hi)))
