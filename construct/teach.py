@@ -418,6 +418,21 @@ class Walkthrough:
         """File names for the figures as SVG files beside ``teach.md``: ``teach-figure-1.svg``, …"""
         return [f"teach-figure-{i}.svg" for i in range(1, len(self.figures) + 1)]
 
+    def _figure_files(self, names) -> list[str]:
+        """``names`` as a list of one path (a string) per figure, or an InputError."""
+        count = len(self.figures)
+        if isinstance(names, (str, bytes)) or not hasattr(names, "__len__"):
+            raise InputError(f"figure_files: expected a list of {count} paths (strings), one per figure, "
+                             f"got {type(names).__name__}", what="invalid option")
+        names = list(names)
+        wrong = [i for i, name in enumerate(names) if not isinstance(name, str)]
+        if len(names) != count or wrong:
+            problem = (f"got {len(names)} path(s)" if len(names) != count else
+                       f"entry {wrong[0]} is {type(names[wrong[0]]).__name__}, not a string")
+            raise InputError(f"figure_files: expected {count} paths (strings), one per figure "
+                             f"({self.figure_names()[0]}, … from figure_names()); {problem}", what="invalid option")
+        return names
+
     def text(self, color: bool = False) -> str:
         color = flag(color, "color")
         th = _theorem(self.result)
@@ -445,6 +460,8 @@ class Walkthrough:
             out.append(f"> Figures: this Markdown has none. The {len(self.figures)} figures are written only "
                        "with `--out DIR` (`mha-construct teach --format markdown --out DIR` writes them as "
                        "SVG files beside `teach.md`), or see them in `--format html`.")
+        if figure_files is not None:
+            figure_files = self._figure_files(figure_files)
         files = iter(figure_files or [])
         for s in self.steps:
             mine = [next(files) for _ in s.figures] if figure_files is not None else None

@@ -503,3 +503,14 @@ def test_a_shorter_markdown_page_leaves_no_figures_of_the_longer_one(tmp_path, c
     after = sorted(p.name for p in tmp_path.glob("teach-figure-*.svg"))
     linked = set(re.findall(r"teach-figure-\d+\.svg", (tmp_path / "teach.md").read_text()))
     assert len(after) < len(before) and set(after) == linked and (tmp_path / "notes.svg").exists()
+
+
+@pytest.mark.parametrize("files", [["a.svg"], "teach-figure-1.svg", [1, 2, 3, 4, 5]])
+def test_markdown_names_figure_files_that_do_not_fit_the_figures(files):
+    # Too few names (a StopIteration from deep inside), a string (its characters taken as
+    # names), names that are not strings: refused with what the walkthrough needs.
+    from construct import InputError
+    walk = teach()
+    with pytest.raises(InputError, match=f"figure_files: expected (a list of )?{len(walk.figures)} paths"):
+        walk.markdown(files)
+    assert walk.markdown(walk.figure_names()).count("](teach-figure-") == len(walk.figures)
