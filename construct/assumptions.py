@@ -167,7 +167,8 @@ def _every_subset_independent(V: np.ndarray, size: int, budget: int) -> bool | N
 
 @dataclass(frozen=True)
 class AssumptionReport:
-    """A1, A2, A3 and general position for one dataset."""
+    """A1, A2, A3 and general position for one dataset, and whether its labels fit the tokens
+    (``outputs``: ``d_o ≤ d``, which Theorem 1 needs: the readout ``W_D`` is ``d × d_o``)."""
 
     T: int
     n: int
@@ -177,6 +178,8 @@ class AssumptionReport:
     a2: bool
     a3: KruskalCheck
     general_position: KruskalCheck
+    d_o: int = 1
+    outputs: bool = True
 
     def to_dict(self) -> dict:
         """The report as JSON-ready values, with each Kruskal check's ``verdict`` and the whole
@@ -189,10 +192,10 @@ class AssumptionReport:
 
     @property
     def passed(self) -> bool:
-        """A2, and A1; with fewer than ``n`` examples, where A1 cannot hold, what the build needs
-        of the queries in its place: all ``T`` of them independent."""
+        """A2, ``d_o ≤ d``, and A1; with fewer than ``n`` examples, where A1 cannot hold, what the
+        build needs of the queries in its place: all ``T`` of them independent."""
         a1 = self.a1.holds if self.a1.rank is None else self.a1.rank == self.T
-        return bool(a1 and self.a2)
+        return bool(a1 and self.a2 and self.outputs)
 
 
 @numpy_error_defaults
@@ -221,6 +224,7 @@ def check_assumptions(data: Dataset, trials: int = SAMPLED_TRIALS, seed: int = 0
         a2_violations=[int(i) for i in bad], a2=bad.size == 0,
         a3=kruskal_check(a3_vectors, n, "x + mean_i e_i", trials, seed, budget),
         general_position=kruskal_check(data.X, min(T, d), "queries x", trials, seed, budget),
+        d_o=data.d_o, outputs=data.d_o <= d,
     )
 
 
@@ -248,4 +252,8 @@ def assumptions_text(rep: AssumptionReport) -> str:
         f"{'A2':<17} {a2}",
         kline("A3", rep.a3),
         kline("general position", rep.general_position),
+        f"{'outputs':<17} " + (f"holds   d_o = {rep.d_o} ≤ d = {rep.d}: the labels' columns fit the tokens"
+                               if rep.outputs else
+                               f"FAILS   d_o = {rep.d_o} output columns exceed the token dimension d = {rep.d} "
+                               "(Theorem 1 needs d_o ≤ d: the readout W_D is d × d_o)"),
     ])

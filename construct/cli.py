@@ -653,7 +653,8 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--seed", type=_seed, default=0, help="seed of the sampled subsets (default 0)")
     a.add_argument("--json", action="store_true", help="print the report as JSON")
     a.add_argument("--report-only", action="store_true",
-                   help="exit 0 whatever the verdict (by default the exit code is 1 when A1 or A2 fails)")
+                   help="exit 0 whatever the verdict (by default the exit code is 1 when A1 or A2 fails, or "
+                        "the labels have more columns than the tokens)")
     a.set_defaults(run=_cmd_assumptions)
     for name, command in sub.choices.items():              # every subcommand: a description and examples
         command.description = textwrap.fill(command.description or _HELP[name], 88)
@@ -693,7 +694,7 @@ _HELP = {
              "own numbers, as text, Markdown or one self-contained HTML page.",
     "assumptions": "Report A1 (the queries' Kruskal rank, exact when small, else sampled as the paper does), "
                    "A2 (full-rank contexts), A3 (the queries shifted by their contexts' means) and general "
-                   "position. Exit 1 when A1 or A2 fails.",
+                   "position, and that the labels have at most d columns. Exit 1 when A1 or A2 fails or d_o > d.",
 }
 
 

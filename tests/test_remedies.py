@@ -116,3 +116,23 @@ def test_assumptions_with_fewer_queries_than_n_says_so_and_lines_up(tmp_path, ca
     assert "not independent (rank 2)" in a1
     with pytest.raises(InputError):
         build(as_dataset(data.E, X, data.Y), 1)
+
+
+def test_assumptions_fail_where_the_labels_have_more_columns_than_the_tokens(tmp_path, capsys):
+    # A hostile trial: d_o = 8 > d = 6 passed every line and exited 0, and build then refused it
+    # (Theorem 1 needs d_o ≤ d: the readout W_D is d × d_o).
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "d.npz", E=rng.normal(size=(9, 4, 6)), X=rng.normal(size=(9, 6)), Y=rng.normal(size=(9, 8)))
+    assert main(["assumptions", str(tmp_path / "d.npz"), "--trials", "200"]) == 1
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.startswith("outputs"))
+    assert line[18:25] == "FAILS  " and "d_o = 8" in line and "d = 6" in line
+    assert main(["assumptions", str(tmp_path / "d.npz"), "--trials", "200", "--json", "--report-only"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["outputs"] is False and rep["d_o"] == 8 and rep["passed"] is False
+    assert main(["build", str(tmp_path / "d.npz"), "--heads", "4", "--out", str(tmp_path / "run")]) == 2
+    capsys.readouterr()
+    np.savez(tmp_path / "g.npz", E=rng.normal(size=(9, 4, 6)), X=rng.normal(size=(9, 6)), Y=rng.normal(size=(9, 6)))
+    assert main(["assumptions", str(tmp_path / "g.npz"), "--trials", "200"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("outputs"))
+    assert line[18:25] == "holds  " and "d_o = 6 ≤ d = 6" in line
