@@ -410,6 +410,9 @@ def _cmd_capacity(args) -> int:
         raise InputError(f"--plot {', '.join(odd)}: a plot is written as .svg or .png", what="invalid option")
     if args.plot and importlib.util.find_spec("matplotlib") is None:     # before the sweep, not after
         raise InputError("plots need matplotlib: pip install 'mha-construct[plot]'", what="missing library")
+    if args.vary != "n" and args.context > args.dim:       # the sweep's own message names n and d
+        raise InputError(f"--context {args.context} exceeds --dim {args.dim}: contexts of n tokens in d "
+                         "dimensions need n ≤ d (A2)", what="invalid option")
 
     header = [f"{'kind':<12} {'H':>4} {'n':>4} {'d':>4} {'d_h':>4} {'bound':>6} {'certified':>9} {'generic rank':>14} "
               f"{'seconds':>7}"]

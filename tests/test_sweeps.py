@@ -131,6 +131,18 @@ def test_a_value_out_of_range_is_refused_before_the_first_point(tmp_path, capsys
             sweeps.sweep("H", values)
 
 
+
+def test_a_context_wider_than_the_tokens_names_the_options(capsys, monkeypatch):
+    # A hostile trial: `--context 65` (d = 64 by default) was refused as "invalid sweep: n = 65
+    # exceeds the token dimension d = 64", naming neither option.
+    import construct.sweeps as sweeps
+    monkeypatch.setattr(sweeps, "point", lambda *a, **k: pytest.fail("a point ran"))
+    assert main(["capacity", "--vary", "H", "--values", "1", "2", "--context", "65"]) == 2
+    err = capsys.readouterr().err
+    assert "--context 65" in err and "--dim 64" in err and "Traceback" not in err
+    assert main(["capacity", "--vary", "d_h", "--values", "2", "--context", "9", "--dim", "8"]) == 2
+    assert "--context 9" in capsys.readouterr().err
+
 def test_a_plot_is_the_same_bytes_every_time(rows, tmp_path):
     # The committed figures changed on every run (a date and random clip-path ids in the SVG).
     pytest.importorskip("matplotlib")
