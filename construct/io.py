@@ -180,6 +180,7 @@ def check_file_target(path: str | os.PathLike, label: str) -> None:
     """
     path = as_path(path, label)
     check_names_fit(path, label)
+    path = _through_link(path, label)
     if path.is_dir():
         raise InputError(f"{label} {str(path)!r} is a folder: name a file", what="invalid output")
     _regular_or_absent(path, label)
@@ -210,13 +211,27 @@ def _regular_or_absent(path: Path, label: str = "output") -> None:
                          "name a file", what="invalid output")
 
 
+def _through_link(path: Path, label: str = "output") -> Path:
+    """The file a symbolic link ``path`` names (the whole chain followed), which is what
+    ``open(path, "wb")`` writes, and what is then replaced; ``path`` itself otherwise. No folder
+    is made through a link: a link into a missing folder is refused."""
+    if not path.is_symlink():
+        return path
+    target = Path(os.path.realpath(path))
+    if not target.parent.is_dir():
+        raise InputError(f"{label} {str(path)!r} is a link to {str(target)!r}, whose folder does not exist",
+                         what="invalid output")
+    return target
+
+
 # Every output put in place (a file renamed over its target, a folder published), in order:
 # what the command line names when it is interrupted or runs out of memory after writing.
 published: list[str] = []
 
 
 def write_atomic(path: str | os.PathLike, payload: bytes) -> None:
-    """Write ``payload`` to ``path`` through a hidden temporary file and a rename.
+    """Write ``payload`` to ``path`` through a hidden temporary file and a rename; a symbolic link
+    at ``path`` is followed, as ``open`` follows it, and its target replaced.
 
     The file gets the permissions a plain ``open(path, "wb")`` would give: those of the file it
     replaces (and its group, where the system lets the writer set it), else ``0o666`` less the
@@ -241,7 +256,7 @@ def write_atomic_many(files: list[tuple[str | os.PathLike, bytes]]) -> None:
     Raises:
         OutputError: as :func:`write_atomic`, naming the file that could not be written.
     """
-    files = [(as_path(path, "output"), payload) for path, payload in files]
+    files = [(_through_link(as_path(path, "output")), payload) for path, payload in files]
     for path, _ in files:
         _regular_or_absent(path)
     made: list[Path] = []                       # folders made here, parents first

@@ -553,6 +553,29 @@ def test_write_atomic_removes_the_temporaries_of_dead_writers(tmp_path, name):
     assert sorted(os.listdir(tmp_path)) == sorted([name, alive.name, other.name])
 
 
+
+def test_write_atomic_writes_through_a_link_as_open_does(tmp_path):
+    # A hostile trial: an output that is a symbolic link was replaced by a regular file, the
+    # link's target left stale. `open(path, "wb")` and a shell's `>` write the target.
+    from construct.io import write_atomic
+
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "model.onnx"
+    target.write_bytes(b"old")
+    link = tmp_path / "model.onnx"
+    link.symlink_to(target)
+    write_atomic(link, b"new")
+    assert link.is_symlink() and target.read_bytes() == b"new"
+    dangling = tmp_path / "out.csv"
+    dangling.symlink_to(tmp_path / "real" / "made.csv")             # as open() does: the target is made
+    write_atomic(dangling, b"rows")
+    assert dangling.is_symlink() and (tmp_path / "real" / "made.csv").read_bytes() == b"rows"
+    nowhere = tmp_path / "lost.csv"
+    nowhere.symlink_to(tmp_path / "absent" / "x.csv")               # no folder made through a link
+    with pytest.raises(construct.InputError, match="lost.csv.*link.*absent"):
+        write_atomic(nowhere, b"rows")
+    assert not (tmp_path / "absent").exists() and nowhere.is_symlink()
+
 def test_write_atomic_failure_keeps_the_old_file(tmp_path, monkeypatch):
     from construct.errors import OutputError
     from construct.io import write_atomic
