@@ -37,7 +37,8 @@ def validate(data: Dataset, H: int, d_h: int, d_v: int) -> int:
     cap = capacity(H, n, d_h)
     if T > cap:
         need = heads_needed(T, k)
-        hint = (f"{need} heads would suffice" if need is not None
+        hint = ("more heads do not help while n > d (above)" if n > d
+                else f"{need} heads would suffice" if need is not None
                 else "no number of heads suffices with k = 1; " + (
                     "raise the head dim (d_h ≥ 2)" if n >= 2 else
                     "contexts of one token separate nothing: give contexts of at least 2 tokens"))

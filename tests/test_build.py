@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from construct import CapacityError, InputError, build, capacity, synthetic, verify
+from construct import CapacityError, InputError, as_dataset, build, capacity, synthetic, verify
 from construct.model import feature_matrix, forward
 from construct.verify import float32_error
 
@@ -108,6 +108,17 @@ def test_over_capacity_says_how_many_heads_suffice():
     with pytest.raises(CapacityError, match="3 heads would suffice"):
         build(data, 2)
 
+
+
+def test_over_capacity_with_contexts_wider_than_the_tokens_promises_no_heads():
+    # A docs audit: with n = 8 > d = 6 the message said "2 heads would suffice", though no
+    # number of heads builds contexts that fail A2.
+    rng = np.random.default_rng(0)
+    data = as_dataset(rng.normal(size=(9, 8, 6)), rng.normal(size=(9, 6)), rng.normal(size=(9, 1)))
+    with pytest.raises(CapacityError) as err:
+        build(data, 1)
+    assert "would suffice" not in str(err.value) and "n = 8 exceeds token dimension d = 6" in str(err.value)
+    assert "more heads do not help while n > d" in str(err.value)
 
 def test_invalid_model_shape_lists_every_problem():
     data = synthetic("independent", T=3, n=N, d=D, d_o=3, seed=0)
