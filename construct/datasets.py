@@ -23,7 +23,7 @@ import numpy as np
 
 from .data import Dataset, as_dataset, sinusoidal_encoding
 from .errors import InputError
-from .limits import flag, integer, require_memory
+from .limits import as_float64, finite_examples, flag, integer, real_array, require_memory
 
 NAMES = ("digits", "tokens")
 
@@ -61,7 +61,13 @@ def digits(count: int = 301, *, patch: int = 4, positional: bool = True, query: 
 def tokens(count: int = 200, *, n: int = 8, d: int = 16, vocabulary: int = 64, classes: int = 4,
            query: str = "last", embeddings=None, seed: int = 0) -> Dataset:
     """``count`` sequences of ``n`` distinct tokens (module docstring); ``embeddings`` (V, d)
-    replaces the Gaussian vocabulary (then ``vocabulary`` and ``d`` are its shape)."""
+    replaces the Gaussian vocabulary (then ``vocabulary`` and ``d`` are its shape).
+
+    Raises:
+        InputError: sizes that are not positive integers, an unknown ``query``, ``n`` beyond the
+            vocabulary, ``embeddings`` that are not a finite real (V, d) array float64 holds
+            exactly (named, by row where it can), or a dataset larger than the memory available.
+    """
     count, n, classes, seed = (integer(v, name, lo) for name, v, lo in
                                (("count", count, 1), ("n", n, 1), ("classes", classes, 1), ("seed", seed, 0)))
     if query not in ("last", "cls"):
@@ -71,9 +77,7 @@ def tokens(count: int = 200, *, n: int = 8, d: int = 16, vocabulary: int = 64, c
         vocabulary, d = integer(vocabulary, "vocabulary"), integer(d, "d")
         V = rng.standard_normal((vocabulary, d))
     else:
-        V = np.asarray(embeddings, dtype=np.float64)
-        if V.ndim != 2:
-            raise InputError(f"embeddings must be (vocabulary, d), got shape {V.shape}", what="invalid option")
+        V = _embeddings(embeddings)
         vocabulary, d = V.shape
     if n > vocabulary:
         raise InputError(f"n = {n} distinct tokens need a vocabulary of at least n, got {vocabulary}",
@@ -83,6 +87,29 @@ def tokens(count: int = 200, *, n: int = 8, d: int = 16, vocabulary: int = 64, c
     E = V[np.array([rng.choice(vocabulary, n, replace=False) for _ in range(count)])]
     X = E[:, -1, :].copy() if query == "last" else np.broadcast_to(_cls(d), (count, d)).copy()
     return as_dataset(E, X, labels=rng.integers(0, classes, count))
+
+
+def _embeddings(value) -> np.ndarray:
+    """``value`` as a finite float64 (V, d) array, refused (never rounded, cut or coerced) as
+    :func:`~construct.data.as_dataset` refuses its arrays: the tokens are these values exactly.
+
+    Raises:
+        InputError: not real numbers (strings, ragged, object, bool, complex, masked), values
+            float64 cannot hold exactly, non-finite rows, or not a non-empty 2-D array.
+    """
+    problems: list[str] = []
+    V = real_array("embeddings", value, problems)
+    if V is not None and (V.ndim != 2 or 0 in V.shape):
+        problems.append(f"embeddings must be (vocabulary, d) with at least one token of at least one "
+                        f"dimension, got shape {V.shape}")
+        V = None
+    V = None if V is None else as_float64("embeddings", V, problems)
+    if V is not None:
+        finite_examples("embeddings", V, problems)
+    if problems:
+        # the helpers count the first axis as examples; here a row is a token of the vocabulary
+        raise InputError([p.replace(" in example(s) ", " in row(s) ") for p in problems], what="invalid option")
+    return V
 
 
 def from_arrays(E, X, labels) -> Dataset:
