@@ -72,18 +72,23 @@ def tokens(count: int = 200, *, n: int = 8, d: int = 16, vocabulary: int = 64, c
                                (("count", count, 1), ("n", n, 1), ("classes", classes, 1), ("seed", seed, 0)))
     if query not in ("last", "cls"):
         raise InputError(f"query must be last or cls, got {query!r}", what="invalid option")
-    rng = np.random.default_rng(seed)
     if embeddings is None:
         vocabulary, d = integer(vocabulary, "vocabulary"), integer(d, "d")
-        V = rng.standard_normal((vocabulary, d))
     else:
         V = _embeddings(embeddings)
         vocabulary, d = V.shape
     if n > vocabulary:
         raise InputError(f"n = {n} distinct tokens need a vocabulary of at least n, got {vocabulary}",
                          what="invalid option")
-    # The contexts, queries and one-hot labels, with the indices drawn and a copy on the way.
-    require_memory(8 * 3 * count * (n * d + d + classes), f"a token dataset of {count} sequences")
+    # The Gaussian vocabulary where none is given; one draw's permutation of the vocabulary (NumPy
+    # permutes it when n is a large part of it); the contexts, queries and one-hot labels, with the
+    # indices drawn and a copy on the way. All sized before anything is drawn.
+    drawn = 8 * vocabulary * d if embeddings is None else 0
+    require_memory(drawn + 8 * vocabulary + 8 * 3 * count * (n * d + d + classes),
+                   f"a token dataset of {count} sequences over a vocabulary of {vocabulary}")
+    rng = np.random.default_rng(seed)
+    if embeddings is None:
+        V = rng.standard_normal((vocabulary, d))
     E = V[np.array([rng.choice(vocabulary, n, replace=False) for _ in range(count)])]
     X = E[:, -1, :].copy() if query == "last" else np.broadcast_to(_cls(d), (count, d)).copy()
     return as_dataset(E, X, labels=rng.integers(0, classes, count))
@@ -103,7 +108,12 @@ def _embeddings(value) -> np.ndarray:
         problems.append(f"embeddings must be (vocabulary, d) with at least one token of at least one "
                         f"dimension, got shape {V.shape}")
         V = None
-    V = None if V is None else as_float64("embeddings", V, problems)
+    if V is not None:
+        # as_float64 makes a float64 copy and casts it back to compare (integers, long doubles),
+        # and the checks make one-byte masks: sized before any of them is made.
+        per_entry = 1 if V.dtype == np.float64 else 8 + V.itemsize + 8
+        require_memory(per_entry * V.size, f"checking embeddings of shape {V.shape}")
+        V = as_float64("embeddings", V, problems)
     if V is not None:
         finite_examples("embeddings", V, problems)
     if problems:

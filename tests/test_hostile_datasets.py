@@ -93,3 +93,28 @@ def test_good_embeddings_of_every_real_type_give_the_same_dataset():
     for given in (ints, ints.astype(np.int8), ints.astype(np.uint16), ints.astype(np.float32), ints.tolist()):
         data = tokens(given)
         assert np.array_equal(data.E, ref.E) and np.array_equal(data.Y, ref.Y)
+
+
+@pytest.mark.parametrize("sizes", [dict(vocabulary=10**12, d=4), dict(vocabulary=4, d=10**12),
+                                   dict(n=10**12, vocabulary=10**12, d=4)])
+def test_a_vocabulary_beyond_memory_is_refused_before_it_is_drawn(sizes):
+    # The trial: vocabulary=10**12 raised NumPy's MemoryError ("Unable to allocate 29.1 TiB").
+    options = dict(n=2, classes=2) | sizes
+    with pytest.raises(InputError, match=r"request too large .*memory"):
+        datasets.tokens(5, **options)
+
+
+def test_the_vocabulary_counts_in_the_memory_a_token_dataset_needs(monkeypatch):
+    # 10^5 x 16 Gaussian embeddings take 12.8 MB; the sequences themselves only a few KB.
+    monkeypatch.setattr(limits, "available_memory", lambda: 2**20)
+    with pytest.raises(InputError, match=r"vocabulary of 100000 .*memory"):
+        datasets.tokens(5, n=2, vocabulary=10**5, d=16, classes=2)
+    assert datasets.tokens(5, n=2, vocabulary=100, d=16, classes=2).T == 5
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.float64, np.float32])
+def test_embeddings_too_large_to_check_are_refused_before_they_are_converted(dtype):
+    # A read-only view of 10^13 entries: converting or checking it would take terabytes.
+    huge = np.broadcast_to(np.ones((), dtype=dtype), (10**7, 10**6))
+    with pytest.raises(InputError, match=r"request too large .*embeddings of shape \(10000000, 1000000\).*memory"):
+        tokens(huge)
