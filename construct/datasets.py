@@ -19,6 +19,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 
 from .data import Dataset, as_dataset, sinusoidal_encoding
@@ -39,7 +41,7 @@ def digits(count: int = 301, *, patch: int = 4, positional: bool = True, query: 
     positional = flag(positional, "positional")
     if 8 % patch or patch == 8:
         raise InputError(f"patch must divide 8 and be smaller than 8 (1, 2 or 4), got {patch}", what="invalid option")
-    if query not in ("mean", "cls"):
+    if not isinstance(query, str) or query not in ("mean", "cls"):
         raise InputError(f"query must be mean or cls, got {query!r}", what="invalid option")
     try:
         from sklearn.datasets import load_digits
@@ -70,7 +72,7 @@ def tokens(count: int = 200, *, n: int = 8, d: int = 16, vocabulary: int = 64, c
     """
     count, n, classes, seed = (integer(v, name, lo) for name, v, lo in
                                (("count", count, 1), ("n", n, 1), ("classes", classes, 1), ("seed", seed, 0)))
-    if query not in ("last", "cls"):
+    if not isinstance(query, str) or query not in ("last", "cls"):
         raise InputError(f"query must be last or cls, got {query!r}", what="invalid option")
     if embeddings is None:
         vocabulary, d = integer(vocabulary, "vocabulary"), integer(d, "d")
@@ -128,10 +130,22 @@ def from_arrays(E, X, labels) -> Dataset:
 
 
 def load(name: str, **options) -> Dataset:
-    """The dataset ``name`` (:data:`NAMES`) with its options."""
-    if name not in NAMES:
+    """The dataset ``name`` (:data:`NAMES`) with its options (the keyword arguments of
+    :func:`digits` or :func:`tokens`).
+
+    Raises:
+        InputError: an unknown name, an option that dataset does not take (named, with those it
+            takes), or any problem of the dataset's own function.
+    """
+    if not isinstance(name, str) or name not in NAMES:
         raise InputError(f"unknown dataset {name!r}; choose one of {', '.join(NAMES)}", what="invalid option")
-    return digits(**options) if name == "digits" else tokens(**options)
+    make = digits if name == "digits" else tokens
+    takes = tuple(inspect.signature(make).parameters)
+    unknown = [k for k in options if k not in takes]
+    if unknown:
+        raise InputError(f"dataset {name!r} takes no option{'s' if len(unknown) > 1 else ''} "
+                         f"{', '.join(map(repr, unknown))}; its options are {', '.join(takes)}", what="invalid option")
+    return make(**options)
 
 
 def describe(data: Dataset, trials: int = 2000, seed: int = 0) -> str:

@@ -118,3 +118,27 @@ def test_embeddings_too_large_to_check_are_refused_before_they_are_converted(dty
     huge = np.broadcast_to(np.ones((), dtype=dtype), (10**7, 10**6))
     with pytest.raises(InputError, match=r"request too large .*embeddings of shape \(10000000, 1000000\).*memory"):
         tokens(huge)
+
+
+@pytest.mark.parametrize("name, takes", [("digits", "count, patch, positional, query"),
+                                         ("tokens", "count, n, d, vocabulary, classes, query, embeddings, seed")])
+def test_an_unknown_option_of_a_built_in_dataset_is_named_with_those_it_takes(name, takes):
+    # The trial: load("digits", foo=1) raised "TypeError: digits() got an unexpected keyword argument".
+    with pytest.raises(InputError, match=rf"invalid option: dataset '{name}' takes no option 'foo'; "
+                                         rf"its options are {takes}$"):
+        datasets.load(name, foo=1)
+    with pytest.raises(InputError, match=r"takes no options 'foo', 'bar'"):
+        datasets.load(name, count=5, foo=1, bar=2)
+
+
+@pytest.mark.parametrize("call", [lambda q: datasets.tokens(5, n=2, query=q), lambda q: datasets.digits(5, query=q)],
+                         ids=["tokens", "digits"])
+def test_a_query_that_is_not_a_string_is_named(call):
+    # An array query raised NumPy's "truth value of an array … is ambiguous".
+    with pytest.raises(InputError, match=r"query must be .* got array\(\['last', 'cls'\]"):
+        call(np.array(["last", "cls"]))
+
+
+def test_a_dataset_name_that_is_not_a_string_is_named():
+    with pytest.raises(InputError, match=r"unknown dataset array\(\['digits', 'tokens'\]"):
+        datasets.load(np.array(["digits", "tokens"]))
