@@ -60,25 +60,33 @@ def digits(count: int = 301, *, patch: int = 4, positional: bool = True, query: 
     return as_dataset(E, X, labels=labels[:count].astype(np.int64))
 
 
-def tokens(count: int = 200, *, n: int = 8, d: int = 16, vocabulary: int = 64, classes: int = 4,
-           query: str = "last", embeddings=None, seed: int = 0) -> Dataset:
-    """``count`` sequences of ``n`` distinct tokens (module docstring); ``embeddings`` (V, d)
-    replaces the Gaussian vocabulary (then ``vocabulary`` and ``d`` are its shape).
+def tokens(count: int = 200, *, n: int = 8, d: int | None = None, vocabulary: int | None = None,
+           classes: int = 4, query: str = "last", embeddings=None, seed: int = 0) -> Dataset:
+    """``count`` sequences of ``n`` distinct tokens (module docstring) from a Gaussian vocabulary
+    of ``vocabulary`` tokens (default 64) in ``d`` dimensions (default 16); ``embeddings`` (V, d)
+    replaces it (then ``vocabulary`` and ``d`` are its shape, and may be given only as that).
 
     Raises:
-        InputError: sizes that are not positive integers, an unknown ``query``, ``n`` beyond the
-            vocabulary, ``embeddings`` that are not a finite real (V, d) array float64 holds
-            exactly (named, by row where it can), or a dataset larger than the memory available.
+        InputError: sizes that are not positive integers (or not the shape of ``embeddings``),
+            an unknown ``query``, ``n`` beyond the vocabulary, ``embeddings`` that are not a
+            finite real (V, d) array float64 holds exactly (named, by row where it can), or a
+            dataset larger than the memory available.
     """
     count, n, classes, seed = (integer(v, name, lo) for name, v, lo in
                                (("count", count, 1), ("n", n, 1), ("classes", classes, 1), ("seed", seed, 0)))
     if not isinstance(query, str) or query not in ("last", "cls"):
         raise InputError(f"query must be last or cls, got {query!r}", what="invalid option")
+    given = {k: integer(v, k) for k, v in (("vocabulary", vocabulary), ("d", d)) if v is not None}
     if embeddings is None:
-        vocabulary, d = integer(vocabulary, "vocabulary"), integer(d, "d")
+        vocabulary, d = given.get("vocabulary", 64), given.get("d", 16)
     else:
         V = _embeddings(embeddings)
         vocabulary, d = V.shape
+        shape = {"vocabulary": vocabulary, "d": d}
+        contradicted = [f"{k} = {v}" for k, v in given.items() if v != shape[k]]
+        if contradicted:
+            raise InputError(f"{' and '.join(contradicted)} contradict{'s' if len(contradicted) == 1 else ''} "
+                             f"embeddings of shape {V.shape} (vocabulary, d); leave them out", what="invalid option")
     if n > vocabulary:
         raise InputError(f"n = {n} distinct tokens need a vocabulary of at least n, got {vocabulary}",
                          what="invalid option")

@@ -142,3 +142,13 @@ def test_a_query_that_is_not_a_string_is_named(call):
 def test_a_dataset_name_that_is_not_a_string_is_named():
     with pytest.raises(InputError, match=r"unknown dataset array\(\['digits', 'tokens'\]"):
         datasets.load(np.array(["digits", "tokens"]))
+
+
+@pytest.mark.parametrize("sizes, says", [(dict(vocabulary=100), r"vocabulary = 100 .*embeddings of shape \(12, 5\)"),
+                                         (dict(d=16), r"d = 16 .*embeddings of shape \(12, 5\)"),
+                                         (dict(vocabulary="x"), r"vocabulary must be an integer, got 'x'")])
+def test_sizes_that_contradict_the_embeddings_are_refused_not_ignored(sizes, says):
+    # vocabulary and d were ignored without a word once embeddings were given, even "x".
+    with pytest.raises(InputError, match=says):
+        tokens(V, **sizes)
+    assert tokens(V, vocabulary=12, d=5).d == 5                       # the same sizes: as without them
