@@ -135,7 +135,10 @@ def build(data: Dataset, heads: int | None = None, *, head_dim: int | None = Non
         def shifted(ar: Arithmetic):               # at a higher precision: the layer's outputs in it
             return mean_shift(ar.asarray(original.E), ar.asarray(original.X), ar)
 
-        def in_double_words(shared: bool):         # in float64: them in double words, for the refinement
+        def in_double_words():
+            # In float64: them in double words, for the refinement. One context where the raw
+            # contexts are one: raw contexts that differ may shift to one float64 context.
+            shared = shared_context(original.E)
             return accurate_inputs(layer, original.E[0] if shared else original.E, original.X)
         exact_inputs, layer_dw = shifted, in_double_words
     options = dict(heads=H, head_dim=d_h, value_dim=d_v, seed=seed, tol=tol, scale=scale,
@@ -163,8 +166,8 @@ def build(data: Dataset, heads: int | None = None, *, head_dim: int | None = Non
         def unit_inputs(ar: Arithmetic):           # the layer's outputs at unit scale: powers of two, exact
             E_s, X_s = exact_inputs(ar)
             return ar.ldexp(E_s, -exponents[0]), ar.ldexp(X_s, -exponents[1])
-        def unit_double_words(shared: bool):
-            E_s, X_s = layer_dw(shared)
+        def unit_double_words():
+            E_s, X_s = layer_dw()
             return E_s.scaled(-exponents[0]), X_s.scaled(-exponents[1])
         inputs = unit_inputs if exact_inputs is not None else None
         accurate = unit_double_words if layer_dw is not None else None
@@ -234,9 +237,9 @@ def build_in(ar: Arithmetic, data: Dataset, why: str, *, heads: int, head_dim: i
 
     ``inputs(ar)``, if given, computes the layer's ``(E, X)`` in ``ar`` (a pre-layer's outputs
     at the build's precision); ``data`` holds them in float64 for the checks and the grouping.
-    ``layer_words(shared)``, if given (float64 weights), gives them as double words
-    (:func:`construct.accurate.layer_inputs`; ``E`` one context (n, d) where ``shared``) for the
-    refinement's outputs in double words.
+    ``layer_words()``, if given (float64 weights), gives them as double words
+    (:func:`construct.accurate.layer_inputs`; ``E`` one context (n, d) where the raw contexts are
+    one) for the refinement's outputs in double words.
     ``shifted``: ``data`` are a pre-layer's outputs (errors name the shifted queries).
     """
     timings: dict[str, float] = {}
@@ -330,7 +333,7 @@ def _refined(ar: Arithmetic, ws: Workspace, data: Dataset, tol: float, B, weight
     min-norm solution of ``Z δ = y − f`` with the factor the construction already has: iterative
     refinement with the residual in double words. A correction changes the values alone, so the
     corrected outputs are the first pass's plus the change through its probabilities
-    (:func:`construct.accurate.changed_outputs`), not a second pass. ``layer_words(shared)``: a
+    (:func:`construct.accurate.changed_outputs`), not a second pass. ``layer_words()``: a
     pre-layer's outputs in double words, which the double words then read instead of ``data``'s
     float64 ones. Returns the weights and their outputs (None when float64's rounding stayed small).
     """
@@ -344,7 +347,7 @@ def _refined(ar: Arithmetic, ws: Workspace, data: Dataset, tol: float, B, weight
             visible = rounding_visible(weights.map(ar.asarray), ws.E, ws.X, out, allowed, ar)
     if not visible:
         return weights, None
-    E, X = layer_words(shared) if layer_words is not None else (data.E[0] if shared else data.E, data.X)
+    E, X = layer_words() if layer_words is not None else (data.E[0] if shared else data.E, data.X)
     probabilities = np.empty((data.T, weights.H, data.n))
     outputs = accurate_outputs(weights, E, X, probabilities)
     for _ in range(REFINEMENTS):

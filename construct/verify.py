@@ -178,8 +178,9 @@ def _where_rounding_shows(ar: Arithmetic, weights: Weights, data: Dataset, out, 
         visible = rounding_visible(weights, data.E, data.X, out, allowed, ar)
     if not visible:
         return None
-    if before_layer is not None:                # the pre-layer's outputs in double words
-        E, X = before_layer.E, before_layer.X
+    if before_layer is not None:                # the pre-layer's outputs in double words, on the raw
+        E, X = before_layer.E, before_layer.X   # contexts: ones that differ may shift to one float64 context
+        shared = shared_context(E)
     E, X = accurate_inputs(weights.prelayer if before_layer is not None else None, E[0] if shared else E, X)
     return accurate_outputs(host, E, X)
 

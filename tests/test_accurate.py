@@ -18,12 +18,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from construct import ConstructionError, as_dataset, build, dword, synthetic, verify
-from construct.accurate import VISIBLE, changed_outputs, gaps, reordered_outputs, rounding_visible
+from construct.accurate import VISIBLE, changed_outputs, gaps, reordered_outputs, rounding_visible, shared_context
 from construct.accurate import outputs as accurate_outputs
 from construct.arith import FLOAT64, Mpmath
 from construct.certify import certify
 from construct.dword import U
-from construct.model import feature_matrix, forward, layer_inputs, output_from_features, sealed
+from construct.model import feature_matrix, forward, layer_inputs, mean_shift, output_from_features, sealed
 
 TIGHT = 2e-12
 
@@ -334,6 +334,33 @@ def test_a_tight_build_after_the_pre_layer_memorizes_in_the_exact_two_layer_mode
     assert v.outputs == "double words" and error <= v.tol
     assert abs(v.max_abs_error - error) <= 1e-6 * error
 
+
+
+def test_contexts_that_the_pre_layer_rounds_to_one_are_not_taken_as_shared():
+    # A review: raw contexts that differ by ulps, whose float64 shifted contexts are all the
+    # same, were taken as one shared context, and the double words evaluated every example on
+    # example 0's raw context: verify reported 2.5e-14 for a two-layer model missing by 6.6e-14.
+    data = synthetic("shared", T=4 * 5 + 1, n=6, d=8, seed=2)
+    E = data.E.copy()
+    first = mean_shift(E[:1], data.X[:1])[0]
+    for t in range(1, data.T):                 # move each coordinate by an ulp where the shift stays
+        for j, k in np.ndindex(*E.shape[1:]):
+            for direction in (np.inf, -np.inf):
+                old = E[t, j, k]
+                E[t, j, k] = np.nextafter(old, direction)
+                if np.array_equal(mean_shift(E[t:t + 1], data.X[:1])[0], first):
+                    break
+                E[t, j, k] = old
+    moved = as_dataset(E, data.X, data.Y)
+    assert not shared_context(moved.E) and shared_context(mean_shift(moved.E, moved.X)[0])
+    weights = build(data, 4, seed=0, prelayer="mean-shift", tol=2e-13, precision="float64").weights
+    error = _two_layer_error_at_300_bits(weights, moved)
+    v = verify(weights, moved, tol=1.05 * error)
+    assert v.outputs == "double words" and v.passed and abs(v.max_abs_error - error) <= 1e-6 * error
+    assert not verify(weights, moved, tol=0.95 * error).passed
+    result = build(moved, 4, seed=0, prelayer="mean-shift", tol=2e-13, precision="float64")
+    error = _two_layer_error_at_300_bits(result.weights, moved)
+    assert error <= result.verification.tol and abs(result.verification.max_abs_error - error) <= 1e-6 * error
 
 def test_certificates_after_the_pre_layer_bound_the_exact_error_to_double_words(layered):
     # The float64 enclosure bounds this model's error by about 4e-11; on the layer's outputs in
