@@ -403,8 +403,12 @@ def input_matmul(X, A: DW) -> DW:
         part = X.lo @ A.hi
         abs_lo = np.abs(X.lo)
         a_mag = (np.abs(A.hi) + np.abs(A.lo) + A.rad) * _STD
-        err = (abs_lo @ ((np.abs(A.lo) + A.rad + 2 * (k + 2) * U * np.abs(A.hi)) * _STD) + X.rad @ a_mag)
-        err = err * (1 + 2 * (k + 2) * U) + 2 * k * TINY
+        # γ_k applied after the product: as a factor of |A.hi| it underflows for a subnormal A.hi
+        # while |X.lo|·|A.hi|, and its rounding, stay normal. Below the normal range each of the
+        # four products (part and the three bounds) loses at most TINY per term.
+        err = ((abs_lo @ np.abs(A.hi)) * (2 * (k + 2) * U) + abs_lo @ ((np.abs(A.lo) + A.rad) * _STD)
+               + X.rad @ a_mag)
+        err = err * (1 + 2 * (k + 2) * U) + 4 * k * TINY
         err = np.where(np.isfinite(part) & np.isfinite(err), err * _STD, np.inf)
     return add(out, DW(np.where(np.isfinite(part), part, 0.0), np.zeros_like(part), err))
 

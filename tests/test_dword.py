@@ -528,3 +528,15 @@ def test_outputs_after_the_pre_layer_enclose_the_exact_two_layer_model(seed, H, 
     out = dword.outputs(E2[0] if shared else E2, X2, w.W_K, w.W_Q, w.W_V, w.W_O, w.W_D, skip)
     assert _encloses(out, _exact_two_layer_outputs(Dataset(E, X, np.zeros((T, d_o))), w))
     assert np.all(out.rad <= 1e-20 * (1 + np.abs(out.hi)))
+
+
+def test_input_matmul_bounds_the_rounding_of_the_low_part_below_the_normal_range():
+    # A review: the rounding of X.lo·A.hi was bounded as |X.lo|·(2(k+2)u·|A.hi|), whose factor
+    # underflows to 0 for a subnormal A.hi while the product itself (|X.lo| near 2^845) is
+    # normal: the radius was 5e-323 for a miss of 1e-84.
+    X = DW(np.array([[2.0 ** 900, -2.0 ** 900]]), np.array([[3.0 * 2.0 ** 845 + 2.0 ** 795, -3.0 * 2.0 ** 845]]),
+           np.zeros((1, 2)))
+    A = DW.exact(np.array([[0x0000FFFFFFFFFFFF * 2.0 ** -1074]] * 2))
+    out = dword.input_matmul(X, A)
+    exact = sum((Fraction(X.hi[0, i]) + Fraction(X.lo[0, i])) * Fraction(A.hi[i, 0]) for i in range(2))
+    assert abs(exact - Fraction(out.hi[0, 0]) - Fraction(out.lo[0, 0])) <= Fraction(out.rad[0, 0])
