@@ -95,11 +95,16 @@ def _metadata(w: Weights, dtype: str, report_sha256: str | None) -> dict[str, st
 
 def read_safetensors(path: str | os.PathLike) -> Weights:
     """:class:`Weights` (float64) from a safetensors file written by :func:`export_bytes`."""
+    return _read_safetensors(as_path(path, "path"))[0]
+
+
+def _read_safetensors(path: Path) -> tuple[Weights, dict[str, np.ndarray]]:
+    """The file's :class:`Weights` (float64) and its five matrices at their own dtype."""
     library("safetensors", "safetensors")
     from safetensors import SafetensorError, safe_open
     try:
-        if not os.path.isfile(path):
-            raise OSError("no such file")
+        if not path.is_file():
+            raise OSError(_not_a_file(path))
         with safe_open(str(path), framework="numpy") as f:
             meta = f.metadata() or {}
             names = set(f.keys())
@@ -122,7 +127,7 @@ def read_safetensors(path: str | os.PathLike) -> Weights:
     if problems:
         raise InputError([f"{path}: {p}" for p in problems], what="invalid weights")
     arrays = {name: a.astype(np.float64) for name, a in tensors.items()}
-    return as_weights(**arrays, skip=meta["skip"] == "true", prelayer=prelayer)
+    return as_weights(**arrays, skip=meta["skip"] == "true", prelayer=prelayer), tensors
 
 
 def onnx_model(weights: Weights, dtype: str = "float64"):
@@ -187,32 +192,113 @@ def onnx_model(weights: Weights, dtype: str = "float64"):
 
 
 @numpy_error_defaults
-def evaluate(path: str | os.PathLike, fmt: str, E: np.ndarray, X: np.ndarray) -> np.ndarray:
+def evaluate(path: str | os.PathLike, fmt: str, E, X) -> np.ndarray:
     """The exported file's outputs on ``(E, X)`` at the file's dtype (returned as float64): ONNX
     by onnxruntime, the torch state dict by PyTorch, safetensors read by its NumPy loader and run
-    by this package's forward pass (the format holds arrays, no computation)."""
+    by this package's forward pass (the format holds arrays, no computation).
+
+    ``E`` (T, n, d) and ``X`` (T, d): arrays or nested lists of finite real numbers, with the
+    file's ``d``; returns (T, d_o).
+
+    Raises:
+        InputError: an unknown format; ``path`` is not a readable file of ``fmt`` written by
+            :func:`export` (missing, a folder, another format, truncated, another graph or state
+            dict), named; ``E`` or ``X`` is not of those shapes with the file's ``d``, or holds
+            something else than finite real numbers; the format's library is not installed.
+    """
     if fmt not in FORMATS:
         raise InputError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}", what="invalid option")
     path = as_path(path, "path")
     if fmt == "onnx":
         ort = library("onnxruntime", "onnx")
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        dtype = np.float64 if session.get_inputs()[0].type == "tensor(double)" else np.float32
-        return session.run(["f"], {"E": E.astype(dtype), "x": X.astype(dtype)})[0].astype(np.float64)
+        if not path.is_file():
+            raise InputError(f"{path}: not a readable ONNX model ({_not_a_file(path)})", what="invalid weights")
+        try:
+            session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        except Exception as exc:            # onnxruntime's errors derive from Exception alone
+            raise InputError(f"{path}: not a readable ONNX model ({_why(exc)})", what="invalid weights") from None
+        d, dtype = _onnx_signature(session, path)
+        E, X = _fitting_inputs(path, E, X, d)
+        try:
+            f = session.run(["f"], {"E": E.astype(dtype), "x": X.astype(dtype)})[0]
+        except Exception as exc:
+            raise InputError(f"{path}: onnxruntime could not run the model ({_why(exc)})",
+                             what="invalid weights") from None
+        return f.astype(np.float64)
     if fmt == "safetensors":
-        load_file = library("safetensors.numpy", "safetensors").load_file
         from .model import forward_unchecked
-        arrays = load_file(str(path))
+        w, arrays = _read_safetensors(path)
+        E, X = _fitting_inputs(path, E, X, w.d)
         dtype = arrays["W_K"].dtype
-        meta = read_safetensors(path)
-        w = Weights(**{n: arrays[n] for n in _NAMES}, skip=meta.skip, prelayer=meta.prelayer)
-        return forward_unchecked(E.astype(dtype), X.astype(dtype), w).astype(np.float64)
+        native = Weights(**arrays, skip=w.skip, prelayer=w.prelayer)
+        return forward_unchecked(E.astype(dtype), X.astype(dtype), native).astype(np.float64)
     torch = library("torch", "torch")
     from .torch_model import load_state_dict
-    module = load_state_dict(torch.load(path, weights_only=True))
+    if not path.is_file():
+        raise InputError(f"{path}: not a readable PyTorch state dict ({_not_a_file(path)})", what="invalid weights")
+    try:
+        state = torch.load(path, weights_only=True)
+    except Exception as exc:                # a zoo: RuntimeError, EOFError, UnpicklingError, IndexError, …
+        raise InputError(f"{path}: not a readable PyTorch state dict ({_why(exc)})", what="invalid weights") from None
+    try:
+        module = load_state_dict(state)
+    except InputError as exc:
+        raise InputError([f"{path}: {p}" for p in exc.problems], what=exc.what) from None
+    E, X = _fitting_inputs(path, E, X, module.W_K.shape[1])
     t = module.W_K.dtype
     with torch.no_grad():
         return module(torch.tensor(E, dtype=t), torch.tensor(X, dtype=t)).to(torch.float64).numpy()
+
+
+def _why(exc: Exception) -> str:
+    """A library's error in one short line: its first line, without onnxruntime's status prefix
+    and the path it repeats; PyTorch's weights-only refusal without its advice to load unsafely."""
+    import pickle
+    if isinstance(exc, pickle.UnpicklingError):
+        return "PyTorch's weights-only loader refuses it: not a file of tensors torch.save wrote"
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : (Load model from .* failed:)?", "", text)[:200]
+
+
+def _not_a_file(path: Path) -> str:
+    return "no such file" if not path.exists() else "not a regular file"
+
+
+def _onnx_signature(session, path: Path) -> tuple[int, type]:
+    """The token dimension ``d`` and the dtype of an ONNX model :func:`onnx_model` wrote: inputs
+    ``E`` (B, n, d) and ``x`` (B, d) of one floating dtype and an output ``f``."""
+    types = {"tensor(double)": np.float64, "tensor(float)": np.float32}
+    inputs = {i.name: i for i in session.get_inputs()}
+    E, x = inputs.get("E"), inputs.get("x")
+    fits = (set(inputs) == {"E", "x"} and "f" in [o.name for o in session.get_outputs()]
+            and E.type == x.type and E.type in types and len(E.shape) == 3 and len(x.shape) == 2
+            and isinstance(E.shape[2], int) and E.shape[2] == x.shape[1])
+    if not fits:
+        found = ", ".join(f"{i.name} {i.type} {list(i.shape)}" for i in session.get_inputs())
+        raise InputError(f"{path}: not an mha-construct ONNX model (inputs {found or 'none'}; expected E (B, n, d) "
+                         "and x (B, d) of float64 or float32, and an output f)", what="invalid weights")
+    return E.shape[2], types[E.type]
+
+
+def _fitting_inputs(path: Path, E, X, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """``E`` and ``X`` as arrays of finite real numbers of shapes (T, n, d) and (T, d), with the
+    file's ``d`` (read from it, before any library sees the data).
+
+    Raises:
+        InputError: naming the file, the array and the shape expected and found.
+    """
+    from .model import _real_inputs
+    E, X = _real_inputs(E, X)
+    problems = []
+    if E.ndim != 3 or E.shape[1] < 1 or E.shape[2] != d:
+        problems.append(f"E: expected shape (T, n, {d}) with n ≥ 1, got {E.shape}")
+    if X.ndim != 2 or X.shape[1] != d:
+        problems.append(f"X: expected shape (T, {d}), got {X.shape}")
+    if not problems and E.shape[0] != X.shape[0]:
+        problems.append(f"E holds {E.shape[0]} contexts but X {X.shape[0]} queries")
+    if problems:
+        raise InputError(problems, what=f"inputs do not fit {path} (its token dimension is d = {d})")
+    return E, X
 
 
 @numpy_error_defaults

@@ -1,0 +1,95 @@
+"""A hostile trial of the exports: files that are not what they claim, data that does not fit
+them, metadata that contradicts the tensors, and dtypes the formats do not hold, each refused by
+name (an InputError naming the file, the tensor or the option), never the library's own error."""
+
+
+import numpy as np
+import pytest
+
+from construct import InputError, build, synthetic
+from construct.export import FORMATS, evaluate, export_bytes
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("safetensors")
+pytest.importorskip("onnxruntime")
+
+
+@pytest.fixture(scope="module")
+def small():
+    data = synthetic("independent", T=9, n=3, d=4, seed=0)
+    return build(data, 4).weights, data
+
+
+def _write(folder, name, payload):
+    (folder / name).write_bytes(payload)
+    return folder / name
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_evaluate_refuses_data_that_does_not_fit_the_file_by_name(small, fmt, tmp_path):
+    # A hostile trial: data of another token dimension gave onnxruntime's INVALID_ARGUMENT and
+    # PyTorch's einsum RuntimeError; a 1-D X or contexts and queries of different counts too.
+    weights, data = small
+    path = _write(tmp_path, f"m.{fmt}", export_bytes(weights, fmt))
+    other = synthetic("independent", T=9, n=3, d=5, seed=0)
+    cases = [((other.E, other.X), r"(?s)d = 4.*E: expected shape \(T, n, 4\).*got \(9, 3, 5\)"),
+             ((other.E, data.X), r"E: expected shape \(T, n, 4\) with n ≥ 1, got \(9, 3, 5\)"),
+             ((data.E, other.X), r"X: expected shape \(T, 4\), got \(9, 5\)"),
+             ((data.E, data.X[0]), r"X: expected shape \(T, 4\), got \(4,\)"),
+             ((data.E[0], data.X), r"E: expected shape \(T, n, 4\)"),
+             ((data.E, data.X[:3]), "E holds 9 contexts but X 3 queries")]
+    for (E, X), needle in cases:
+        with pytest.raises(InputError, match=needle) as info:
+            evaluate(path, fmt, E, X)
+        assert f"inputs do not fit {path}" in str(info.value)
+    with pytest.raises(InputError, match="E: dtype complex128"):
+        evaluate(path, fmt, data.E.astype(complex), data.X)
+    f = evaluate(path, fmt, data.E.tolist(), data.X.tolist())      # nested lists, as forward takes
+    assert np.abs(f - data.Y).max() <= 1e-10
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_evaluate_refuses_a_file_that_is_not_its_format_by_name(small, fmt, tmp_path):
+    # A hostile trial: random bytes named model.onnx gave onnxruntime's InvalidProtobuf, a
+    # truncated torch file PyTorch's "failed finding central directory", a safetensors one
+    # SafetensorError, a missing file FileNotFoundError, a folder IsADirectoryError.
+    weights, data = small
+    good = export_bytes(weights, fmt)
+    others = [f for f in FORMATS if f != fmt]
+    cases = {"random bytes": _write(tmp_path, f"r.{fmt}", np.random.default_rng(0).bytes(500)),
+             "truncated": _write(tmp_path, f"t.{fmt}", good[:len(good) // 2]),
+             "empty": _write(tmp_path, f"e.{fmt}", b""),
+             "missing": tmp_path / f"nothing.{fmt}",
+             "folder": tmp_path,
+             **{f"a {o} file": _write(tmp_path, f"{o}-as.{fmt}", export_bytes(weights, o)) for o in others}}
+    for case, path in cases.items():
+        with pytest.raises(InputError, match=str(path)) as info:
+            evaluate(path, fmt, data.E, data.X)
+        assert type(info.value) is InputError, case
+
+
+def test_evaluate_refuses_an_onnx_model_of_another_graph_by_name(small, tmp_path):
+    # A valid ONNX model that is not this package's (other inputs and outputs) gave onnxruntime's
+    # "invalid input name" or "invalid output name".
+    from onnx import TensorProto, helper
+    _, data = small
+    graph = helper.make_graph([helper.make_node("Identity", ["a"], ["b"])], "other",
+                              [helper.make_tensor_value_info("a", TensorProto.DOUBLE, ["B", 4])],
+                              [helper.make_tensor_value_info("b", TensorProto.DOUBLE, ["B", 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path = _write(tmp_path, "other.onnx", model.SerializeToString())
+    with pytest.raises(InputError, match=r"other\.onnx: not an mha-construct ONNX model"):
+        evaluate(path, "onnx", data.E, data.X)
+
+
+def test_evaluate_names_the_file_of_a_state_dict_it_refuses(small, tmp_path):
+    # torch.save of something else than the state dict: load_state_dict's refusal, with the file.
+    weights, data = small
+    torch.save([1, 2], tmp_path / "list.torch")
+    state = {k: v for k, v in torch.load(_write(tmp_path, "m.torch", export_bytes(weights, "torch")),
+                                         weights_only=True).items() if k != "W_O"}
+    torch.save(state, tmp_path / "no-W_O.torch")
+    for name, needle in (("list.torch", "expected a state dict"), ("no-W_O.torch", "W_O: missing")):
+        with pytest.raises(InputError, match=rf"{name}: {needle}"):
+            evaluate(tmp_path / name, "torch", data.E, data.X)
