@@ -118,16 +118,61 @@ def _read_safetensors(path: Path) -> tuple[Weights, dict[str, np.ndarray]]:
         raise InputError(f"{path}: not a readable safetensors file ({exc})", what="invalid weights") from None
     problems += [f"{name}: {a.dtype} tensor, expected float32 or float64" for name, a in tensors.items()
                  if a.dtype not in (np.float32, np.float64)]
-    if meta.get("skip") not in ("true", "false"):
-        problems.append(f"metadata skip = {meta.get('skip')!r}, expected 'true' or 'false'")
-    prelayer = meta.get("prelayer")
-    if prelayer is not None and meta.get("prelayer_version") != str(PRELAYER_VERSION):
-        problems.append(f"prelayer_version {meta.get('prelayer_version')!r} is not {PRELAYER_VERSION}, the version "
-                        "this release reads")
+    problems += _metadata_problems(meta, tensors)
     if problems:
         raise InputError([f"{path}: {p}" for p in problems], what="invalid weights")
     arrays = {name: a.astype(np.float64) for name, a in tensors.items()}
-    return as_weights(**arrays, skip=meta["skip"] == "true", prelayer=prelayer), tensors
+    try:
+        w = as_weights(**arrays, skip=meta["skip"] == "true", prelayer=meta.get("prelayer"))
+    except InputError as exc:
+        raise InputError([f"{path}: {p}" for p in exc.problems], what=exc.what) from None
+    contradicted = [f"{path}: metadata {key} = {meta[key]!r}, but the tensors have {key} = {getattr(w, key)}"
+                    for key in _SIZES if int(meta[key]) != getattr(w, key)]
+    if contradicted:
+        raise InputError(contradicted, what="invalid weights")
+    return w, tensors
+
+
+_SIZES = ("H", "d", "d_h", "d_v", "d_o")
+
+
+def _metadata_problems(meta: dict[str, str], tensors: dict[str, np.ndarray]) -> list[str]:
+    """What in a safetensors file's metadata (every field :func:`_metadata` writes) is missing,
+    malformed, or contradicts the tensors' dtypes; the sizes are compared with the tensors' once
+    their shapes are checked. A field the reader ignored would let the file say one model and
+    hold another."""
+    from .precision import MAX_BITS
+
+    def integer(text: str) -> bool:
+        return text.isascii() and text.isdigit()
+
+    problems = []
+    if meta.get("version") != FORMAT_VERSION:
+        problems.append(f"metadata version = {meta.get('version')!r}; this release reads version {FORMAT_VERSION}")
+    for key in (*_SIZES, "bits", "skip", "dtype"):
+        if key not in meta:
+            problems.append(f"metadata {key}: missing")
+    problems += [f"metadata {key} = {meta[key]!r}, expected an integer" for key in _SIZES
+                 if key in meta and not integer(meta[key])]
+    bits = meta.get("bits")
+    if bits is not None and not (integer(bits) and 53 <= int(bits) <= MAX_BITS):
+        problems.append(f"metadata bits = {bits!r}, expected an integer from 53 (float64's) to {MAX_BITS}")
+    if "skip" in meta and meta["skip"] not in ("true", "false"):
+        problems.append(f"metadata skip = {meta['skip']!r}, expected 'true' or 'false'")
+    if "dtype" in meta:
+        problems += [f"metadata dtype = {meta['dtype']!r}, but {name} is {a.dtype}" for name, a in tensors.items()
+                     if a.dtype.name != meta["dtype"]]
+    prelayer, version = meta.get("prelayer"), meta.get("prelayer_version")
+    if prelayer is None and version is not None:
+        problems.append("metadata prelayer: missing (the file has prelayer_version)")
+    elif prelayer is not None and version is None:
+        problems.append("metadata prelayer_version: missing (the file names a prelayer)")
+    elif prelayer is not None and version != str(PRELAYER_VERSION):
+        problems.append(f"metadata prelayer_version = {version!r}; this release reads version {PRELAYER_VERSION}")
+    sha = meta.get("report_sha256")
+    if sha is not None and not re.fullmatch(r"[0-9a-f]{64}", sha):
+        problems.append(f"metadata report_sha256 = {sha!r}, expected 64 lowercase hex digits"[:200])
+    return problems
 
 
 def onnx_model(weights: Weights, dtype: str = "float64"):

@@ -2,12 +2,13 @@
 them, metadata that contradicts the tensors, and dtypes the formats do not hold, each refused by
 name (an InputError naming the file, the tensor or the option), never the library's own error."""
 
+import json
 
 import numpy as np
 import pytest
 
 from construct import InputError, build, synthetic
-from construct.export import FORMATS, evaluate, export_bytes
+from construct.export import FORMATS, evaluate, export_bytes, read_safetensors
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("safetensors")
@@ -93,3 +94,65 @@ def test_evaluate_names_the_file_of_a_state_dict_it_refuses(small, tmp_path):
     for name, needle in (("list.torch", "expected a state dict"), ("no-W_O.torch", "W_O: missing")):
         with pytest.raises(InputError, match=rf"{name}: {needle}"):
             evaluate(tmp_path / name, "torch", data.E, data.X)
+
+
+def _safetensors_parts(weights):
+    """The tensors and the metadata export writes for ``weights``."""
+    good = export_bytes(weights, "safetensors")
+    size = int.from_bytes(good[:8], "little")
+    return ({k: v for k, v in weights.arrays().items() if k.startswith("W_")},
+            json.loads(good[8:8 + size])["__metadata__"])
+
+
+def test_read_safetensors_refuses_metadata_that_contradicts_the_tensors_by_name(small, tmp_path):
+    # A hostile trial: metadata H = 3 over tensors of 4 heads, d = 5 over d = 4, a dtype float32
+    # over float64 tensors, prelayer_version without prelayer, format version 2 or bits "x" were
+    # all read without a word (the reader took the tensors' word and ignored the rest).
+    from safetensors.numpy import save
+    weights, _ = small
+    tensors, meta = _safetensors_parts(weights)
+    without = {k: v for k, v in meta.items() if k != "H"}
+    cases = {
+        "H": ({**meta, "H": "3"}, tensors, r"metadata H = '3', but the tensors have H = 4"),
+        "d": ({**meta, "d": "5"}, tensors, r"metadata d = '5', but the tensors have d = 4"),
+        "d_h": ({**meta, "d_h": "7"}, tensors, r"metadata d_h = '7', but the tensors have d_h = 3"),
+        "d_v": ({**meta, "d_v": "2"}, tensors, r"metadata d_v = '2', but the tensors have d_v = 1"),
+        "d_o": ({**meta, "d_o": "x"}, tensors, r"metadata d_o = 'x', expected an integer"),
+        "no H": (without, tensors, "metadata H: missing"),
+        "dtype": ({**meta, "dtype": "float32"}, tensors,
+                  r"metadata dtype = 'float32', but W_K is float64"),
+        "mixed": (meta, {**tensors, "W_D": tensors["W_D"].astype(np.float32)},
+                  r"metadata dtype = 'float64', but W_D is float32"),
+        "version": ({**meta, "version": "2"}, tensors, r"metadata version = '2'.* reads version 1"),
+        "bits": ({**meta, "bits": "x"}, tensors, r"metadata bits = 'x', expected an integer from 53"),
+        "bits low": ({**meta, "bits": "24"}, tensors, r"metadata bits = '24', expected an integer from 53"),
+        "prelayer_version alone": ({**meta, "prelayer_version": "1"}, tensors,
+                                   "metadata prelayer: missing .*prelayer_version"),
+        "prelayer alone": ({**meta, "prelayer": "mean-shift"}, tensors,
+                           "metadata prelayer_version: missing"),
+        "report_sha256": ({**meta, "report_sha256": "xyz"}, tensors,
+                          r"metadata report_sha256 = 'xyz', expected 64 lowercase hex digits"),
+    }
+    for case, (m, t, needle) in cases.items():
+        path = _write(tmp_path, f"{case}.safetensors", save(t, metadata=m))
+        with pytest.raises(InputError, match=needle) as info:
+            read_safetensors(path)
+        assert str(path) in str(info.value), case
+    assert read_safetensors(_write(tmp_path, "ok.safetensors", save(tensors, metadata=meta))).H == 4
+
+
+def test_read_safetensors_names_the_file_of_tensors_the_weights_refuse(small, tmp_path):
+    # NaN weights, a 1-D W_D or an unknown prelayer were refused without the file's name.
+    from safetensors.numpy import save
+    weights, _ = small
+    tensors, meta = _safetensors_parts(weights)
+    cases = {"nan": ({**tensors, "W_D": tensors["W_D"] * np.nan}, meta, "W_D: non-finite"),
+             "flat": ({**tensors, "W_D": tensors["W_D"][:, 0]}, meta, r"W_D: expected shape \(d, d_o\)"),
+             "layer": (tensors, {**meta, "prelayer": "bogus", "prelayer_version": "1"}, "unknown layer 'bogus'")}
+    for case, (t, m, needle) in cases.items():
+        path = _write(tmp_path, f"{case}.safetensors", save(t, metadata=m))
+        with pytest.raises(InputError, match=needle) as info:
+            read_safetensors(path)
+        assert str(path) in str(info.value), case
+    with pytest.raises(InputError, match="path: expected a path"):
+        read_safetensors(None)
