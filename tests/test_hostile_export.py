@@ -156,3 +156,29 @@ def test_read_safetensors_names_the_file_of_tensors_the_weights_refuse(small, tm
         assert str(path) in str(info.value), case
     with pytest.raises(InputError, match="path: expected a path"):
         read_safetensors(None)
+
+
+def test_onnx_model_refuses_a_dtype_export_does_not_write(small):
+    # A hostile trial: onnx_model(w, "float16") built float16 initializers behind float inputs, a
+    # model onnxruntime refuses to load ("Type parameter (T) of Optype (MatMul) bound to different
+    # types"); "int8" gave an INVALID_GRAPH model and "banana" NumPy's TypeError.
+    from construct.export import onnx_model
+    weights, _ = small
+    for dtype in ("float16", "int8", "banana", None):
+        with pytest.raises(InputError, match=r"dtype must be one of float64, float32, got"):
+            onnx_model(weights, dtype)
+
+
+def test_onnx_model_refuses_weights_beyond_float32_by_name(small):
+    # Called directly, onnx_model(w, "float32") wrote infinite initializers (NumPy's overflow
+    # warning) for weights export_bytes refuses by name.
+    import dataclasses
+    import warnings
+    from construct.export import onnx_model
+    weights, _ = small
+    huge = dataclasses.replace(weights, W_O=weights.W_O * 1e300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(InputError, match="W_O: values up to .* exceed float32's range"):
+            onnx_model(huge, "float32")
+    assert onnx_model(huge, "float64").graph.name == "mha_construct"
