@@ -120,11 +120,17 @@ def _read_safetensors(path: Path) -> tuple[Weights, dict[str, np.ndarray]]:
                                  f"{meta.get('format')!r})", what="invalid weights")
             problems = [f"{name}: missing" for name in _NAMES if name not in names]
             problems += [f"{name}: unexpected tensor" for name in sorted(names - set(_NAMES))]
-            tensors = {name: f.get_tensor(name) for name in _NAMES if name in names}
+            tensors = {}
+            for name in (n for n in _NAMES if n in names):
+                try:
+                    tensors[name] = f.get_tensor(name)
+                except TypeError as exc:            # bfloat16, float8: no NumPy dtype
+                    problems.append(f"{name}: a dtype NumPy cannot hold ({exc}); expected {_READ}")
     except (SafetensorError, OSError) as exc:
         raise InputError(f"{path}: not a readable safetensors file ({exc})", what="invalid weights") from None
-    problems += [f"{name}: {a.dtype} tensor, expected float32 or float64" for name, a in tensors.items()
-                 if a.dtype not in (np.float32, np.float64)]
+    # float16 too: it widens to float64 exactly, and load_state_dict reads it (to_torch makes it).
+    problems += [f"{name}: {a.dtype} tensor, expected {_READ}" for name, a in tensors.items()
+                 if a.dtype not in (np.float16, np.float32, np.float64)]
     problems += _metadata_problems(meta, tensors)
     if problems:
         raise InputError([f"{path}: {p}" for p in problems], what="invalid weights")
@@ -141,6 +147,7 @@ def _read_safetensors(path: Path) -> tuple[Weights, dict[str, np.ndarray]]:
 
 
 _SIZES = ("H", "d", "d_h", "d_v", "d_o")
+_READ = "float16, float32 or float64"
 
 
 def _metadata_problems(meta: dict[str, str], tensors: dict[str, np.ndarray]) -> list[str]:

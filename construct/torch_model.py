@@ -37,6 +37,16 @@ from .model import MATRICES as _NAMES
 from .model import Weights, as_weights, checked_weights
 
 
+# The dtypes a module holds: those PyTorch computes this model in on the CPU, each with a NumPy
+# dtype of its range for export.representable (bfloat16 has float32's range). float8 has no
+# matmul there, and its range is none of these.
+DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _dtype_names() -> str:
+    return ", ".join(str(t) for t in DTYPES[:-1]) + f" or {DTYPES[-1]}"
+
+
 class MemorizingAttention(nn.Module):
     """One layer of multi-head attention with per-head ``W_Q``, ``W_K`` (H, d, d_h), ``W_V``
     (H, d, d_v), ``W_O`` (H·d_v, d), ``W_D`` (d, d_o), a skip flag and a pre-layer flag
@@ -86,12 +96,11 @@ def to_torch(weights: Weights, dtype: torch.dtype = torch.float64) -> Memorizing
     """The module holding ``weights`` (float64 values; high-precision weights are rounded to them).
 
     Raises:
-        InputError: ``dtype`` is not a real floating-point dtype, or the weights' values leave its
-            range (infinite, or flushed to 0 where they matter).
+        InputError: ``dtype`` is not one of :data:`DTYPES`, or the weights' values leave its range
+            (infinite, or flushed to 0 where they matter).
     """
-    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point and not dtype.is_complex):
-        raise InputError(f"dtype: expected a real floating-point torch dtype (torch.float64, torch.float32, …), "
-                         f"got {dtype!r}", what="invalid option")
+    if not (isinstance(dtype, torch.dtype) and dtype in DTYPES):
+        raise InputError(f"dtype: expected {_dtype_names()}, got {dtype!r}"[:200], what="invalid option")
     w = checked_weights(weights)
     if dtype != torch.float64:                  # refused where the values do not fit, never inf or 0
         from .export import representable
@@ -118,10 +127,15 @@ def from_torch(module: MemorizingAttention) -> Weights:
 def load_state_dict(state: dict) -> MemorizingAttention:
     """A module from a state dict (``torch.load(path, weights_only=True)``), shapes read from it.
 
+    The matrices keep their dtype, one of :data:`DTYPES` and the same for all five (a module has
+    one: a float64 ``W_D`` beside a float16 ``W_K`` would be rounded to float16 without a word);
+    ``construct.export.read_safetensors`` reads float16, float32 and float64 alike.
+
     Raises:
-        InputError: a matrix missing, an unexpected entry, a matrix that is not a floating-point
-            tensor of finite values, or a ``skip``/``mean_shift`` that is not one boolean; then
-            the weights' own checks (:func:`construct.model.as_weights`: the shapes).
+        InputError: a matrix missing, an unexpected entry, a matrix that is not a tensor of one of
+            :data:`DTYPES`, of finite values, of the other matrices' dtype, or a
+            ``skip``/``mean_shift`` that is not one boolean; then the weights' own checks
+            (:func:`construct.model.as_weights`: the shapes).
     """
     if not isinstance(state, Mapping):
         raise InputError(f"expected a state dict (a mapping of names to tensors, as torch.load gives), got "
@@ -129,14 +143,22 @@ def load_state_dict(state: dict) -> MemorizingAttention:
     matrices = tuple(_NAMES)
     problems = [f"{k}: missing" for k in matrices + ("skip",) if k not in state]
     problems += [f"{k}: unexpected entry" for k in sorted(set(state) - set(matrices) - {"skip", "mean_shift"})]
+    held: dict[torch.dtype, list[str]] = {}      # the matrices of each dtype a module holds
     for k in matrices:
         v = state.get(k)
         if v is None:
             continue
         if not (isinstance(v, torch.Tensor) and v.is_floating_point()):
             problems.append(f"{k}: {getattr(v, 'dtype', type(v).__name__)}, expected a floating-point tensor")
-        elif not bool(torch.isfinite(v).all()):
-            problems.append(f"{k}: non-finite values (NaN or inf)")
+        elif v.dtype not in DTYPES:
+            problems.append(f"{k}: {v.dtype}, expected {_dtype_names()}")
+        else:
+            held.setdefault(v.dtype, []).append(k)
+            if not bool(torch.isfinite(v).all()):
+                problems.append(f"{k}: non-finite values (NaN or inf)")
+    if len(held) > 1:
+        problems.append("matrices of several dtypes (" + "; ".join(f"{', '.join(ks)} {t}" for t, ks in held.items())
+                        + "): a module holds one dtype")
     for k in ("skip", "mean_shift"):
         v = state.get(k)
         if v is not None and not (isinstance(v, torch.Tensor) and v.dtype == torch.bool and v.dim() == 0):

@@ -182,3 +182,55 @@ def test_onnx_model_refuses_weights_beyond_float32_by_name(small):
         with pytest.raises(InputError, match="W_O: values up to .* exceed float32's range"):
             onnx_model(huge, "float32")
     assert onnx_model(huge, "float64").graph.name == "mha_construct"
+
+
+def test_float16_weights_are_read_alike_by_both_readers(small, tmp_path):
+    # A hostile trial: load_state_dict took float16 weights (to_torch makes them) while
+    # read_safetensors refused float16 tensors. Both now read them: float16 widens to float64
+    # exactly, and both give the same weights; evaluate runs either file at float16.
+    from safetensors.numpy import save
+    from construct.torch_model import from_torch, load_state_dict, to_torch
+    weights, data = small
+    half = {k: v.astype(np.float16) for k, v in _safetensors_parts(weights)[0].items()}
+    meta = {**_safetensors_parts(weights)[1], "dtype": "float16"}
+    st = _write(tmp_path, "half.safetensors", save(half, metadata=meta))
+    pt = tmp_path / "half.torch"
+    torch.save(to_torch(weights, dtype=torch.float16).state_dict(), pt)
+    module = load_state_dict(torch.load(pt, weights_only=True))
+    assert module.W_K.dtype == torch.float16
+    for back in (read_safetensors(st), from_torch(module)):
+        assert all(np.array_equal(getattr(back, k), half[k].astype(np.float64)) for k in half)
+    for path, fmt in ((st, "safetensors"), (pt, "torch")):
+        f = evaluate(path, fmt, data.E, data.X)
+        assert f.dtype == np.float64 and np.abs(f - data.Y).max() < 0.1      # float16's rounding
+
+
+def test_both_readers_refuse_matrices_of_mixed_or_unusable_dtypes_by_name(small, tmp_path):
+    # A state dict with W_K float16 and W_D float64 loaded W_D rounded to float16 without a word
+    # (the module takes W_K's dtype); float8 matrices raised PyTorch's NotImplementedError
+    # ("isfinite" not implemented), and to_torch(w, torch.float8_e4m3fn) made a module that
+    # cannot run, range-checked as float32; a bfloat16 safetensors file gave NumPy's TypeError.
+    from safetensors.torch import save
+    from construct.torch_model import load_state_dict, to_torch
+    weights, _ = small
+    state = to_torch(weights).state_dict()
+    cases = [({**state, "W_K": state["W_K"].half()},
+              r"several dtypes \(W_K torch.float16; W_Q, W_V, W_O, W_D torch.float64\)"),
+             ({k: (v.to(torch.float8_e4m3fn) if k.startswith("W_") else v) for k, v in state.items()},
+              r"W_K: torch.float8_e4m3fn, expected torch.float16, torch.bfloat16, torch.float32 or torch.float64")]
+    for bad, needle in cases:
+        with pytest.raises(InputError, match=needle):
+            load_state_dict(bad)
+    with pytest.raises(InputError, match="dtype: expected torch.float16, torch.bfloat16, torch.float32 or "
+                                         "torch.float64, got torch.float8_e4m3fn"):
+        to_torch(weights, dtype=torch.float8_e4m3fn)
+    with pytest.raises(InputError, match="dtype: expected"):
+        to_torch(weights, dtype=np.zeros(2))              # not a dtype: no ambiguous comparison
+    assert load_state_dict(to_torch(weights, dtype=torch.bfloat16).state_dict()).W_K.dtype == torch.bfloat16
+    meta = {**_safetensors_parts(weights)[1], "dtype": "bfloat16"}
+    bf16 = {k: v.to(torch.bfloat16) for k, v in state.items() if k.startswith("W_")}
+    path = _write(tmp_path, "bf16.safetensors", save(bf16, metadata=meta))
+    # NumPy holds bfloat16 once ml_dtypes is imported (onnx imports it): refused by its dtype
+    # then, by NumPy's TypeError before.
+    with pytest.raises(InputError, match=r"bf16\.safetensors: W_K: .*bfloat16.*expected float16, float32 or float64"):
+        read_safetensors(path)
