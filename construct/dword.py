@@ -524,8 +524,7 @@ def outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: bool, r
     if as_parts(E)[0].ndim == 2:
         return shared_outputs(E, X, W_K, W_Q, W_V, W_O, W_D, skip, rows, heads_per_block, probabilities,
                               probability_radius)
-    E, X = _as_dw(E), _as_dw(X)
-    T, n, d = E.hi.shape
+    T, n, d = as_parts(E)[0].shape
     H = W_V.shape[0]
     N = exact_matmul(W_Q, DW.exact(np.swapaxes(W_K, 1, 2)))                           # (H, d, d)
     C = value_maps(W_V, W_O, W_D)                                                     # (H, d, d_o)
@@ -570,8 +569,11 @@ def _as_dw(x) -> DW:
     return x if isinstance(x, DW) else DW.exact(x)
 
 
-def _exact_or(x: DW):
-    """``x``'s float64 values where it is exact (the slices' fast route), else ``x`` itself."""
+def _exact_or(x):
+    """A float64 array as it is; a double word's float64 values where it is exact (the slices'
+    fast route), else the double word."""
+    if not isinstance(x, DW):
+        return x
     return x if np.any(x.lo) or np.any(x.rad) else x.hi
 
 
@@ -608,8 +610,8 @@ def shared_outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: 
     H, n), if given with it, a bound on each one's distance from the exact softmax
     (:func:`_attend`).
     """
-    E, X = _as_dw(E), _as_dw(X)
-    T, d = X.hi.shape
+    E = _as_dw(E)                                     # one context: small; X is taken block by block
+    T, d = as_parts(X)[0].shape
     H = W_V.shape[0]
     n = E.hi.shape[0]
     dw = DW.exact
@@ -636,7 +638,7 @@ def shared_outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: 
             r = None if probability_radius is None else probability_radius[lo:hi, hs, :]
             acc = _sum_heads(acc, _attend(L, C[hs], p, r))
         if skip:
-            acc = add(acc, matmul(DW(*(v[None] for v in as_parts(Xr))), dw(W_D[None]))[0])
+            acc = add(acc, matmul(DW(*(v[None] for v in as_parts(_as_dw(Xr)))), dw(W_D[None]))[0])
         out.hi[lo:hi], out.lo[lo:hi], out.rad[lo:hi] = acc.hi, acc.lo, acc.rad
 
     (rows or (lambda fn, count: [fn(0, count)]))(part, T)
