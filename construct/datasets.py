@@ -119,9 +119,10 @@ def _embeddings(value) -> np.ndarray:
                         f"dimension, got shape {V.shape}")
         V = None
     if V is not None:
-        # as_float64 makes a float64 copy and casts it back to compare (integers, long doubles),
-        # and the checks make one-byte masks: sized before any of them is made.
-        per_entry = 1 if V.dtype == np.float64 else 8 + V.itemsize + 8
+        # as_float64 makes a float64 copy (other dtypes) and casts it back to compare (integers,
+        # long doubles), and the checks make one-byte masks: sized before any of them is made.
+        compared = V.dtype.kind in "iu" or (V.dtype.kind == "f" and V.itemsize > 8)
+        per_entry = 1 if V.dtype == np.float64 else 8 + 1 + (V.itemsize + 8 if compared else 0)
         require_memory(per_entry * V.size, f"checking embeddings of shape {V.shape}")
         V = as_float64("embeddings", V, problems)
     if V is not None:

@@ -44,8 +44,8 @@ FORMAT_VERSION = "1"
 @numpy_error_defaults
 def export_bytes(weights: Weights, fmt: str, dtype: str = "float64", report_sha256: str | None = None) -> bytes:
     """The exported file's bytes."""
-    if fmt not in FORMATS:
-        raise InputError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}", what="invalid option")
+    if not (isinstance(fmt, str) and fmt in FORMATS):
+        raise InputError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}"[:200], what="invalid option")
     _check_dtype(dtype)
     if report_sha256 is not None and not (isinstance(report_sha256, str)
                                           and re.fullmatch(r"[0-9a-f]{64}", report_sha256)):
@@ -117,14 +117,14 @@ def _read_safetensors(path: Path) -> tuple[Weights, dict[str, np.ndarray]]:
             names = set(f.keys())
             if meta.get("format") != FORMAT_NAME:
                 raise InputError(f"{path}: not an {FORMAT_NAME} safetensors file (metadata format = "
-                                 f"{meta.get('format')!r})", what="invalid weights")
+                                 f"{_cut(repr(meta.get('format')))})", what="invalid weights")
             problems = [f"{name}: missing" for name in _NAMES if name not in names]
             problems += [f"{name}: unexpected tensor" for name in sorted(names - set(_NAMES))]
             tensors = {}
             for name in (n for n in _NAMES if n in names):
                 try:
                     tensors[name] = f.get_tensor(name)
-                except TypeError as exc:            # bfloat16, float8: no NumPy dtype
+                except (TypeError, AttributeError) as exc:   # bfloat16, float8: no NumPy dtype
                     problems.append(f"{name}: a dtype NumPy cannot hold ({exc}); expected {_READ}")
     except (SafetensorError, OSError) as exc:
         raise InputError(f"{path}: not a readable safetensors file ({exc})", what="invalid weights") from None
@@ -157,8 +157,8 @@ def _metadata_problems(meta: dict[str, str], tensors: dict[str, np.ndarray]) -> 
     hold another."""
     from .precision import MAX_BITS
 
-    def integer(text: str) -> bool:
-        return text.isascii() and text.isdigit()
+    def integer(text: str) -> bool:             # (digits beyond 18: no such size, and Python
+        return text.isascii() and text.isdigit() and len(text) <= 18    # refuses 4300 and more)
 
     problems = []
     if meta.get("version") != FORMAT_VERSION:
@@ -186,7 +186,13 @@ def _metadata_problems(meta: dict[str, str], tensors: dict[str, np.ndarray]) -> 
     sha = meta.get("report_sha256")
     if sha is not None and not re.fullmatch(r"[0-9a-f]{64}", sha):
         problems.append(f"metadata report_sha256 = {sha!r}, expected 64 lowercase hex digits"[:200])
-    return problems
+    return [_cut(p) for p in problems]
+
+
+def _cut(text: str) -> str:
+    """``text`` with every quoted value beyond 80 characters cut short: a file's metadata may
+    hold megabytes."""
+    return re.sub(r"'[^']{80}[^']+'", lambda m: m.group(0)[:81] + "…'", text)
 
 
 def onnx_model(weights: Weights, dtype: str = "float64"):
@@ -272,8 +278,8 @@ def evaluate(path: str | os.PathLike, fmt: str, E, X) -> np.ndarray:
             dict), named; ``E`` or ``X`` is not of those shapes with the file's ``d``, or holds
             something else than finite real numbers; the format's library is not installed.
     """
-    if fmt not in FORMATS:
-        raise InputError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}", what="invalid option")
+    if not (isinstance(fmt, str) and fmt in FORMATS):
+        raise InputError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}"[:200], what="invalid option")
     path = as_path(path, "path")
     if fmt == "onnx":
         ort = library("onnxruntime", "onnx")

@@ -234,3 +234,43 @@ def test_both_readers_refuse_matrices_of_mixed_or_unusable_dtypes_by_name(small,
     # then, by NumPy's TypeError before.
     with pytest.raises(InputError, match=r"bf16\.safetensors: W_K: .*bfloat16.*expected float16, float32 or float64"):
         read_safetensors(path)
+
+
+def test_read_safetensors_refuses_float8_tensors_and_endless_digits_by_name(small, tmp_path):
+    # A review: a float8 tensor raised NumPy's AttributeError (no float8 dtype), and a size or
+    # bits of 5001 digits Python's ValueError (its limit on converting long digit strings).
+    from safetensors.torch import save
+    weights, _ = small
+    tensors, meta = _safetensors_parts(weights)
+    state = {k: torch.from_numpy(v) for k, v in tensors.items()}
+    f8 = _write(tmp_path, "f8.safetensors", save({**state, "W_D": state["W_D"].to(torch.float8_e4m3fn)},
+                                                    metadata=meta))
+    with pytest.raises(InputError, match=r"f8\.safetensors: W_D: "):
+        read_safetensors(f8)
+    for key in ("d", "bits"):
+        path = _write(tmp_path, f"long-{key}.safetensors", save(state, metadata={**meta, key: "1" + "0" * 5000}))
+        with pytest.raises(InputError, match=f"long-{key}.safetensors: metadata {key} = '10000"):
+            read_safetensors(path)
+
+
+@pytest.mark.parametrize("fmt", [np.array(["onnx", "x"]), np.array(["onnx"]), ["onnx"]])
+def test_a_format_that_is_not_a_string_is_refused_by_name(small, tmp_path, fmt):
+    # A review: an array as the format raised NumPy's "truth value ... is ambiguous", and a
+    # one-element array was taken as the string.
+    weights, data = small
+    with pytest.raises(InputError, match="format must be one of"):
+        evaluate(tmp_path / "m.onnx", fmt, data.E, data.X)
+    with pytest.raises(InputError, match="format must be one of"):
+        export_bytes(weights, fmt)
+
+
+def test_metadata_values_are_shown_cut_short(small, tmp_path):
+    # A review: a version of 100,000 characters was echoed whole, and a long dtype once per tensor.
+    from safetensors.numpy import save
+    weights, _ = small
+    tensors, meta = _safetensors_parts(weights)
+    for key in ("version", "dtype", "format"):
+        path = _write(tmp_path, f"{key}.safetensors", save(tensors, metadata={**meta, key: "x" * 100_000}))
+        with pytest.raises(InputError, match=f"{key} = 'x{{80}}…'") as info:
+            read_safetensors(path)
+        assert len(str(info.value)) < 2000, key
