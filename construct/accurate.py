@@ -170,8 +170,8 @@ def changed_outputs(out: dword.DW, probabilities: np.ndarray, old: Weights, new:
                     E) -> dword.DW:
     """The outputs of ``new`` from those of ``old`` (``out``, double words from :func:`outputs`
     with its ``probabilities``, and its ``E``), for weights that differ in ``W_V`` and ``W_O``
-    alone: a readout corrected. Double words again, the change added without rounding ``out`` (its ``rad`` is
-    ``out``'s: the change's own error, below, is not in it).
+    alone: a readout corrected. Double words again, the change added without rounding ``out``
+    (its ``rad`` is ``out``'s: the change's own error, below, is not in it).
 
     The model is ``f(t) = Σ_h Σ_j p_hj(t) c_hj(t) (+ x(t)^T W_D)`` with ``c_h(t) = E^(t) B_h``,
     ``B_h = W_V,h W_O,h W_D``: linear in the values, the attention ``p`` the same for both. So

@@ -384,7 +384,6 @@ def exact_matmul(X: np.ndarray, A: DW) -> DW:
     return DW(np.where(np.isfinite(hi), hi, 0.0), np.where(np.isfinite(lo), lo, 0.0), rad)
 
 
-
 def input_matmul(X, A: DW) -> DW:
     """``X·A`` as :func:`exact_matmul`, for ``X`` float64 or itself a double word (a pre-layer's
     outputs, :func:`mean_shift`).
@@ -430,6 +429,7 @@ def mean_shift(E: np.ndarray, X: np.ndarray) -> tuple[DW, DW]:
     mean = mul(total, DW(*(np.full(1, v) for v in _fraction_dw(Fraction(1, n)))))
     E2 = add(DW.exact(contexts), mean[:, None, :])
     return (E2[0] if shared else E2), add(DW.exact(X), mean)
+
 
 def matmul(A: DW, B: DW) -> DW:
     """``A·B`` for small double words (batched over leading axes), term by term."""
