@@ -359,15 +359,9 @@ def _fitting_inputs(path: Path, E, X, d: int) -> tuple[np.ndarray, np.ndarray]:
     Raises:
         InputError: naming the file, the array and the shape expected and found.
     """
-    from .model import _real_inputs
+    from .model import _real_inputs, input_shape_problems
     E, X = _real_inputs(E, X)
-    problems = []
-    if E.ndim != 3 or E.shape[1] < 1 or E.shape[2] != d:
-        problems.append(f"E: expected shape (T, n, {d}) with n ≥ 1, got {E.shape}")
-    if X.ndim != 2 or X.shape[1] != d:
-        problems.append(f"X: expected shape (T, {d}), got {X.shape}")
-    if not problems and E.shape[0] != X.shape[0]:
-        problems.append(f"E holds {E.shape[0]} contexts but X {X.shape[0]} queries")
+    problems = input_shape_problems(E, X, d)
     if problems:
         raise InputError(problems, what=f"inputs do not fit {path} (its token dimension is d = {d})")
     return E, X

@@ -515,6 +515,14 @@ def _check_inputs(E, X, weights: Weights) -> None:
         raise InputError(f"weights: expected Weights (construct.as_weights), got {type(weights).__name__}",
                          what="invalid weights")
     d = weights.d
+    problems = input_shape_problems(E, X, d)
+    if problems:
+        raise InputError(problems, what=f"inputs do not fit the weights (d = {d})")
+
+
+def input_shape_problems(E, X, d: int) -> list[str]:
+    """What keeps ``E`` and ``X`` from being (T, n, d) and (T, d) inputs with ``n ≥ 1``, one line
+    per array (their shapes only)."""
     E_shape, X_shape = tuple(getattr(E, "shape", ())), tuple(getattr(X, "shape", ()))
     problems = []
     if len(E_shape) != 3 or E_shape[1:] == () or E_shape[1] < 1 or E_shape[2] != d:
@@ -523,8 +531,7 @@ def _check_inputs(E, X, weights: Weights) -> None:
         problems.append(f"X: expected shape (T, {d}), got {X_shape}")
     if not problems and E_shape[0] != X_shape[0]:
         problems.append(f"E holds {E_shape[0]} contexts but X {X_shape[0]} queries")
-    if problems:
-        raise InputError(problems, what=f"inputs do not fit the weights (d = {d})")
+    return problems
 
 
 def mean_shift(E, X, ar: Arithmetic = FLOAT64):
