@@ -31,8 +31,9 @@ def scaling_exponents(data: Dataset, skip: bool) -> tuple[int, int, int] | None:
 
     e_E, e_X = exponent(data.E), exponent(data.X)
     target = np.abs(data.Y).max(axis=0)
-    if skip:
-        target = np.maximum(target, np.abs(data.X[:, :data.d_o]).max(axis=0))
+    if skip:                            # x's first d_o coordinates join the outputs (d_o > d is
+        k = min(data.d, data.d_o)       # refused later, by the model's shape checks)
+        target[:k] = np.maximum(target[:k], np.abs(data.X[:, :k]).max(axis=0))
     e_Y = exponent(target)
     if abs(e_E) <= SCALE_WINDOW and abs(e_X) <= SCALE_WINDOW and e_Y <= SCALE_WINDOW:
         return None

@@ -1104,3 +1104,16 @@ def test_a_request_too_large_is_refused_before_the_checks_that_cost_memory(monke
     monkeypatch.setattr(limits, "available_memory", lambda: 2**20)
     with pytest.raises(InputError, match="needs about"):
         build(data, 2)
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_more_outputs_than_token_dimensions_are_refused_with_or_without_the_skip(tmp_path, capsys, skip):
+    # A hostile case: with --skip, d_o > d ended in a NumPy broadcasting traceback while the data
+    # were brought to unit scale, before the check that names the failed hypothesis.
+    data = synthetic("independent", T=5, n=3, d=4, d_o=5, seed=0)
+    with pytest.raises(InputError, match="d_o = 5 output columns exceed the token dimension d = 4"):
+        build(data, 2, skip=skip)
+    path = tmp_path / "wide.npz"
+    path.write_bytes(data.to_bytes())
+    code, _, err = run(["build", path, "--out", tmp_path / "o"] + (["--skip"] if skip else []), capsys)
+    assert code == 2 and "d_o = 5" in err and "Traceback" not in err and not (tmp_path / "o").exists()
