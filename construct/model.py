@@ -333,7 +333,8 @@ def check_compatible(weights: Weights, d: int, d_o: int) -> None:
 
 # The forward pass, written once for every arithmetic: the construction computes its features
 # with head_features, verify and teach with feature_matrix, certificates with the same functions
-# in interval arithmetic (construct.arith.Interval).
+# in interval arithmetic (construct.arith.Interval). In float64 on the CPU, feature_matrix takes
+# the heads in groups (_group_features): the same order of operations, rounded by BLAS's products.
 
 def softmax(logits, ar: Arithmetic = FLOAT64):
     """Softmax over the last axis, shifted (by the row maximum) so that no exponential overflows."""
@@ -385,14 +386,56 @@ def feature_matrix(E, X, weights: Weights, ar: Arithmetic | None = None, *, laye
         if not layered:
             E, X = layer_inputs(weights, E, X, ar)
         Z = ar.zeros((T, weights.H * d))
+        groups = _head_groups(weights, ar) if ar.batches_heads else None
 
         def part(lo: int, hi: int) -> None:                    # rows lo..hi−1, every head
             for a, b in row_blocks(lo, hi, ar.cache_rows):
+                if groups is not None:
+                    for h0, h1, queries, keys_T in groups:
+                        Z[a:b, h0 * d:h1 * d] = _group_features(E[a:b, ...], X[a:b, ...], queries, keys_T, ar)
+                    continue
                 for h in range(weights.H):
                     Z[a:b, h * d:(h + 1) * d] = head_features(E[a:b, ...], X[a:b, ...], weights.W_K[h, ...],
                                                               weights.W_Q[h, ...], ar)
         ar.rows(part, T)
     return Z
+
+
+# Entries of N x (rows × heads × d) per group of heads in the batched forward pass: 4 MB, as much
+# as a block of contexts (256 of n = 32, d = 64).
+_GROUP_ENTRIES = 1 << 19
+
+
+def head_groups(H: int, d: int, ar: Arithmetic) -> list[tuple[int, int]]:
+    """Consecutive heads ``(h0, h1)`` covering ``0..H−1``, as many per group as keep ``N x`` of
+    a block of :attr:`~construct.arith.Arithmetic.cache_rows` examples (rows × heads × d) near
+    :data:`_GROUP_ENTRIES` entries."""
+    size = max(1, _GROUP_ENTRIES // ((ar.cache_rows or 1) * d))
+    return [(h0, min(H, h0 + size)) for h0 in range(0, H, size)]
+
+
+def _head_groups(weights: Weights, ar: Arithmetic) -> list:
+    """:func:`head_groups` with each group's queries side by side, ``[W_Q,h0 … W_Q,h1−1]``
+    (d, (h1 − h0)·d_h), and its keys ``W_K,h^T`` stacked ((h1 − h0), d_h, d), for
+    :func:`_group_features`."""
+    xp = ar.xp
+    return [(h0, h1, xp.concat([weights.W_Q[h, ...] for h in range(h0, h1)], axis=1),
+             xp.matrix_transpose(weights.W_K[h0:h1, ...])) for h0, h1 in head_groups(weights.H, weights.d, ar)]
+
+
+def _group_features(E, X, queries, keys_T, ar: Arithmetic):
+    """:func:`head_features` of a group of heads (:func:`_head_groups`) side by side, shape
+    (T, heads·d), in the same order of operations (``E (W_K (W_Q^T x))``, softmax, ``E^T s``) by
+    products over the group at once: each context is read once per group, where head by head it
+    is read twice per head. Each product rounds as BLAS's matrix kernels do, not as
+    :meth:`~construct.arith.Arithmetic.token_dot`'s sums, so the last bits may differ."""
+    xp = ar.xp
+    m, n, d = E.shape
+    heads, d_h = keys_T.shape[0], keys_T.shape[1]
+    q = xp.permute_dims(xp.reshape(X @ queries, (m, heads, d_h)), (1, 0, 2))            # W_Q^T x
+    w = xp.permute_dims(xp.matmul(q, keys_T), (1, 0, 2))                               # W_K W_Q^T x
+    s = softmax(xp.matmul(w, xp.matrix_transpose(E)), ar)                              # (T, heads, n)
+    return xp.reshape(xp.matmul(s, E), (m, heads * d))
 
 
 def output_from_features(Z, X, weights: Weights, ar: Arithmetic | None = None):

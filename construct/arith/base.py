@@ -61,6 +61,10 @@ class Arithmetic:
     # float64 certificate's enclosure), so that a block of contexts stays in cache from one head
     # to the next; None: all rows at once.
     cache_rows: int | None = None
+    # Whether the forward pass (construct.model.feature_matrix) computes a group of heads by
+    # products over the group at once (float64 on the CPU) rather than head by head: faster, and
+    # rounded as BLAS's matrix kernels do. The construction's own features are head by head.
+    batches_heads = False
 
     def __init__(self, xp, device=None, host_device=None):
         self.xp = xp
