@@ -36,7 +36,7 @@ import numpy as np
 from . import dword
 from .arith import FLOAT64, Arithmetic
 from .arith.threads import row_blocks
-from .model import Weights, softmax
+from .model import Weights, head_groups, softmax
 
 # Float64 rounding counts as visible when two evaluations differ by more than this fraction of
 # the allowed error.
@@ -68,34 +68,63 @@ def _reordered_per_example(weights: Weights, E, X, ar: Arithmetic):
     """:func:`reordered_outputs` on one context per example: per head the key map
     ``N = W_K W_Q^T`` (d, d) is formed first, the logits are ``E (N x)``, and the values
     ``E (W_V W_O W_D)`` are folded before the softmax weighs them. In blocks of rows, as the
-    forward pass runs (two halves on two threads inside a session).
+    forward pass runs (two halves on two threads inside a session), and the heads in groups
+    (:func:`construct.model.head_groups`): ``N x`` for a group in one product, the logits and
+    the values by products that read a block's contexts once per group.
 
-    ``W_K`` and ``W_Q`` are scaled by powers of two to unit size before their product (and ``x``
-    and ``N x`` back), exactly: weights of data far from unit scale (``2^±665``, say) would
-    otherwise give a product that underflows where the forward pass's order stays in range."""
+    Each ``N`` is formed from ``W_K`` and ``W_Q`` scaled by powers of two to unit size, and ``x``
+    is scaled to unit size too; the scales come back, exactly, on ``N x``: weights of data far
+    from unit scale (``2^±665``, say) would otherwise give products that underflow where the
+    forward pass's order stays in range."""
     xp = ar.xp
     T, d = X.shape
-    H, d_v, d_o = weights.H, weights.d_v, weights.d_o
-    keys = []
-    for h in range(H):
-        a, b = _exponent(ar, weights.W_K[h, ...]), _exponent(ar, weights.W_Q[h, ...])
-        N = ar.ldexp(weights.W_K[h, ...], -a) @ xp.matrix_transpose(ar.ldexp(weights.W_Q[h, ...], -b))   # (d, d)
-        keys.append((xp.matrix_transpose(N), a, b))
-    values = [weights.W_V[h, ...] @ (weights.W_O[h * d_v:(h + 1) * d_v, ...] @ weights.W_D) for h in range(H)]
+    H, n, d_o = weights.H, E.shape[1], weights.d_o
+    x_scale = _exponent(ar, X)
+    fold = max(1, d // d_o)             # heads whose folded values take no more room than the block
+    groups = [_reordered_group(weights, ar, h0, h1, x_scale) for h0, h1 in head_groups(H, d, ar)]
     out = ar.zeros((T, d_o))
 
     def part(lo: int, hi: int) -> None:
         for r0, r1 in row_blocks(lo, hi, ar.cache_rows):
-            block, x = E[r0:r1, ...], X[r0:r1, ...]
-            o = x @ weights.W_D if weights.skip else ar.zeros((r1 - r0, d_o))
-            for h, (N_T, a, b) in enumerate(keys):
-                w = ar.ldexp(ar.ldexp(x, b) @ N_T, a)                                               # N x
-                s = softmax(ar.token_dot(block, w), ar)                                            # (rows, n)
-                o = o + ar.token_mix(block @ values[h], s)                                        # Σ_j s_j e_j^T c
+            block, x, m = E[r0:r1, ...], X[r0:r1, ...], r1 - r0
+            o = x @ weights.W_D if weights.skip else ar.zeros((m, d_o))
+            flat, x = xp.reshape(block, (m * n, d)), ar.ldexp(x, -x_scale)
+            for keys, rescale, values in groups:
+                w = rescale(xp.reshape(x @ keys, (m, -1, d)))                                # N x
+                s = softmax(xp.matmul(w, xp.matrix_transpose(block)), ar)                  # (m, heads, n)
+                for g0 in range(0, s.shape[1], fold):
+                    g1 = min(s.shape[1], g0 + fold)
+                    c = xp.reshape(flat @ values[:, g0 * d_o:g1 * d_o], (m, n * (g1 - g0), d_o))  # e_j^T c_h
+                    p = xp.reshape(xp.permute_dims(s[:, g0:g1, :], (0, 2, 1)), (m, 1, n * (g1 - g0)))
+                    o = o + xp.reshape(xp.matmul(p, c), (m, d_o))                          # Σ_hj s_hj e_j^T c_h
             out[r0:r1, ...] = o
     with ar.session():                                   # the rows on every core
         ar.rows(part, T)
     return out
+
+
+def _reordered_group(weights: Weights, ar: Arithmetic, h0: int, h1: int, x_scale: int):
+    """For heads ``h0..h1−1`` of :func:`_reordered_per_example`: their key maps ``N_h^T`` at unit
+    scale side by side (d, heads·d), what brings ``x N_h^T`` (``x`` at unit scale) back to
+    ``N_h x`` (products with powers of two, exact), and the folded values side by side
+    (d, heads·d_o)."""
+    xp, d_v = ar.xp, weights.d_v
+    keys, shifts = [], []
+    for h in range(h0, h1):
+        a, b = _exponent(ar, weights.W_K[h, ...]), _exponent(ar, weights.W_Q[h, ...])
+        N = ar.ldexp(weights.W_K[h, ...], -a) @ xp.matrix_transpose(ar.ldexp(weights.W_Q[h, ...], -b))   # (d, d)
+        keys.append(xp.matrix_transpose(N))
+        shifts.append(x_scale + a + b)
+    if all(-1022 <= e <= 1023 for e in shifts):                    # products with normal powers of two
+        factors = ar.asarray(np.ldexp(1.0, np.array(shifts))[None, :, None])
+
+        def rescale(w):
+            return w * factors
+    else:
+        def rescale(w):
+            return xp.concat([ar.ldexp(w[:, k:k + 1, :], e) for k, e in enumerate(shifts)], axis=1)
+    values = [weights.W_V[h, ...] @ (weights.W_O[h * d_v:(h + 1) * d_v, ...] @ weights.W_D) for h in range(h0, h1)]
+    return xp.concat(keys, axis=1), rescale, xp.concat(values, axis=1)
 
 
 def _exponent(ar: Arithmetic, A) -> int:

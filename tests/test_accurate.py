@@ -202,7 +202,7 @@ def test_verify_on_square_contexts_evaluates_in_double_words(square):
 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), H=st.integers(1, 6), n=st.integers(2, 6), skip=st.booleans(),
-       d_o=st.integers(1, 2))
+       d_o=st.integers(1, 4))           # heads folded in groups of d // d_o, one at a time where d_o > d / 2
 def test_the_reordered_evaluation_is_the_model_on_independent_contexts(seed, H, n, skip, d_o):
     data = synthetic("independent", T=H * (n - 1) + 1, n=n, d=n + 2, d_o=d_o, seed=seed)
     weights = build(data, H, seed=seed, skip=skip).weights
