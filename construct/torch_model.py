@@ -134,7 +134,8 @@ def load_state_dict(state: dict) -> MemorizingAttention:
     Raises:
         InputError: a matrix missing, an unexpected entry, a matrix that is not a tensor of one of
             :data:`DTYPES`, of finite values, of the other matrices' dtype, or a
-            ``skip``/``mean_shift`` that is not one boolean; then the weights' own checks
+            ``skip``/``mean_shift`` that is not one boolean; a tensor without plain values
+            (:func:`_storage_problem`: sparse, nested, mkldnn, meta); then the weights' own checks
             (:func:`construct.model.as_weights`: the shapes).
     """
     if not isinstance(state, Mapping):
@@ -142,7 +143,8 @@ def load_state_dict(state: dict) -> MemorizingAttention:
                          f"{type(state).__name__}", what="invalid state dict")
     matrices = tuple(_NAMES)
     problems = [f"{k}: missing" for k in matrices + ("skip",) if k not in state]
-    problems += [f"{k}: unexpected entry" for k in sorted(set(state) - set(matrices) - {"skip", "mean_shift"})]
+    unexpected = set(state) - set(matrices) - {"skip", "mean_shift"}
+    problems += [f"{k}: unexpected entry" for k in sorted(unexpected, key=str)]     # keys of any type
     held: dict[torch.dtype, list[str]] = {}      # the matrices of each dtype a module holds
     for k in matrices:
         v = state.get(k)
@@ -150,6 +152,8 @@ def load_state_dict(state: dict) -> MemorizingAttention:
             continue
         if not (isinstance(v, torch.Tensor) and v.is_floating_point()):
             problems.append(f"{k}: {getattr(v, 'dtype', type(v).__name__)}, expected a floating-point tensor")
+        elif why := _storage_problem(v):
+            problems.append(f"{k}: {why}")
         elif v.dtype not in DTYPES:
             problems.append(f"{k}: {v.dtype}, expected {_dtype_names()}")
         else:
@@ -163,6 +167,8 @@ def load_state_dict(state: dict) -> MemorizingAttention:
         v = state.get(k)
         if v is not None and not (isinstance(v, torch.Tensor) and v.dtype == torch.bool and v.dim() == 0):
             problems.append(f"{k}: expected one boolean (a 0-d bool tensor), got {v!r}"[:200])
+        elif v is not None and (why := _storage_problem(v)):
+            problems.append(f"{k}: {why}")
     if problems:
         raise InputError(problems, what="invalid state dict")
     # The shapes, through the weights' own validation (float64 on the host; the module keeps the dtype).
@@ -174,6 +180,20 @@ def load_state_dict(state: dict) -> MemorizingAttention:
                                  mean_shift=shift)
     module.load_state_dict({"mean_shift": torch.tensor(shift), **state})     # files from before the flag
     return module
+
+
+def _storage_problem(v: torch.Tensor) -> str | None:
+    """Why ``v`` holds no plain values to read, or None: a nested tensor, a layout other than
+    strided (sparse, mkldnn: PyTorch's isfinite, item and copy raise on them), or the meta device
+    (a shape without values). A strided view that is not contiguous, or one that requires grad,
+    holds plain values."""
+    if v.is_nested:
+        return "a nested tensor; expected a dense (strided) one"
+    if v.layout != torch.strided:
+        return f"a {v.layout} tensor; expected a dense (strided) one (to_dense() gives it)"
+    if v.is_meta:
+        return "a tensor on the meta device, which holds no values"
+    return None
 
 
 def to_authors(weights: Weights) -> dict[str, np.ndarray]:

@@ -274,3 +274,41 @@ def test_metadata_values_are_shown_cut_short(small, tmp_path):
         with pytest.raises(InputError, match=f"{key} = 'x{{80}}…'") as info:
             read_safetensors(path)
         assert len(str(info.value)) < 2000, key
+
+
+@pytest.mark.filterwarnings("ignore:.*(beta state|prototype stage|are deprecated):UserWarning")
+def test_load_state_dict_refuses_tensors_without_plain_values_by_name(small):
+    # A hostile trial: sparse matrices (COO, CSR), mkldnn and nested tensors raised PyTorch's
+    # NotImplementedError or RuntimeError ("Could not run 'aten::ne.Scalar' with arguments from
+    # the 'SparseCPU' backend", "unsupported tensor layout: SparseCsr"), meta tensors "Tensor.item()
+    # cannot be called on meta tensors", a sparse skip "Error(s) in loading state_dict", and two
+    # unexpected keys of different types (3 and (1, 2)) Python's TypeError from sorting them.
+    from construct.torch_model import from_torch, load_state_dict, to_torch
+    weights, _ = small
+    state = to_torch(weights).state_dict()
+    rows = state["W_D"].unbind(0)
+    cases = [({**state, "W_K": state["W_K"].to_sparse()},
+              r"W_K: a torch.sparse_coo tensor; expected a dense \(strided\) one"),
+             ({**state, "W_D": state["W_D"].to_sparse_csr()}, r"W_D: a torch.sparse_csr tensor; expected a dense"),
+             ({**state, "W_D": state["W_D"].float().to_mkldnn()}, r"W_D: a torch._mkldnn tensor; expected a dense"),
+             ({**state, "W_D": torch.nested.as_nested_tensor(list(rows))}, "W_D: a nested tensor; expected a dense"),
+             ({**state, "W_Q": state["W_Q"].to("meta")}, "W_Q: a tensor on the meta device, which holds no values"),
+             ({k: v.to("meta") for k, v in state.items()}, "(?s)W_K: a tensor on the meta device.*skip: a tensor on "
+                                                            "the meta device.*mean_shift: a tensor on the meta device"),
+             ({**state, "skip": state["skip"].to_sparse()}, "skip: a torch.sparse_coo tensor; expected a dense"),
+             ({**state, 3: state["W_D"], (1, 2): 0}, r"(?s)\(1, 2\): unexpected entry.*3: unexpected entry"),
+             # Already refused by name: complex and quantized tensors, values that are not tensors.
+             ({**state, "W_K": state["W_K"].to(torch.complex128)}, "W_K: torch.complex128, expected a floating-point"),
+             ({**state, "W_D": torch.quantize_per_tensor(state["W_D"].float(), 0.1, 0, torch.qint8)},
+              "W_D: torch.qint8, expected a floating-point"),
+             ({**state, "W_K": {"W_K": state["W_K"]}}, "W_K: dict, expected a floating-point tensor"),
+             ({**state, "W_K": state["W_K"].tolist()}, "W_K: list, expected a floating-point tensor")]
+    for bad, needle in cases:
+        with pytest.raises(InputError, match=needle) as info:
+            load_state_dict(bad)
+        assert type(info.value) is InputError and "invalid state dict" in str(info.value)
+    # Tensors that require grad, and strided views that are not contiguous, hold plain values: read as they are.
+    plain = {**state, "W_K": state["W_K"].clone().requires_grad_(True),
+             "W_Q": state["W_Q"].transpose(1, 2).contiguous().transpose(1, 2)}
+    back = from_torch(load_state_dict(plain))
+    assert all(np.array_equal(getattr(back, k), getattr(weights, k)) for k in ("W_K", "W_Q", "W_V", "W_O", "W_D"))
