@@ -274,8 +274,10 @@ def evaluate(path: str | os.PathLike, fmt: str, E, X) -> np.ndarray:
 
     Raises:
         InputError: an unknown format; ``path`` is not a readable file of ``fmt`` written by
-            :func:`export` (missing, a folder, another format, truncated, another graph or state
-            dict), named; ``E`` or ``X`` is not of those shapes with the file's ``d``, or holds
+            :func:`export` (missing, a folder, another format, truncated, another state dict,
+            another graph: other inputs, or an output other than one ``f`` (B, d_o) of the
+            inputs' dtype, checked before the run where the file declares it and after it
+            otherwise), named; ``E`` or ``X`` is not of those shapes with the file's ``d``, or holds
             something else than finite real numbers; the format's library is not installed.
     """
     if not (isinstance(fmt, str) and fmt in FORMATS):
@@ -289,13 +291,17 @@ def evaluate(path: str | os.PathLike, fmt: str, E, X) -> np.ndarray:
             session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         except Exception as exc:            # onnxruntime's errors derive from Exception alone
             raise InputError(f"{path}: not a readable ONNX model ({_why(exc)})", what="invalid weights") from None
-        d, dtype = _onnx_signature(session, path)
+        d, dtype, d_o = _onnx_signature(session, path)
         E, X = _fitting_inputs(path, E, X, d)
         try:
             f = session.run(["f"], {"E": E.astype(dtype), "x": X.astype(dtype)})[0]
         except Exception as exc:
             raise InputError(f"{path}: onnxruntime could not run the model ({_why(exc)})",
                              what="invalid weights") from None
+        T = X.shape[0]
+        if not (f.ndim == 2 and f.shape[0] == T and f.shape[1] >= 1 and d_o in (None, f.shape[1])):
+            raise InputError(f"{path}: output f has shape {f.shape} on {T} examples; expected (T, d_o) = "
+                             f"({T}, {'d_o' if d_o is None else d_o})", what="invalid weights")
         return f.astype(np.float64)
     if fmt == "safetensors":
         from .model import forward_unchecked
@@ -336,20 +342,37 @@ def _not_a_file(path: Path) -> str:
     return "no such file" if not path.exists() else "not a regular file"
 
 
-def _onnx_signature(session, path: Path) -> tuple[int, type]:
-    """The token dimension ``d`` and the dtype of an ONNX model :func:`onnx_model` wrote: inputs
-    ``E`` (B, n, d) and ``x`` (B, d) of one floating dtype and an output ``f``."""
+def _onnx_signature(session, path: Path) -> tuple[int, type, int | None]:
+    """The token dimension ``d``, the dtype and the output dimension ``d_o`` (None where the file
+    does not declare it) of an ONNX model :func:`onnx_model` wrote: inputs ``E`` (B, n, d) and
+    ``x`` (B, d) of one floating dtype and one output ``f`` (B, d_o) of that dtype.
+
+    Raises:
+        InputError: naming the file and what about its inputs or its output differs.
+    """
     types = {"tensor(double)": np.float64, "tensor(float)": np.float32}
     inputs = {i.name: i for i in session.get_inputs()}
     E, x = inputs.get("E"), inputs.get("x")
-    fits = (set(inputs) == {"E", "x"} and "f" in [o.name for o in session.get_outputs()]
-            and E.type == x.type and E.type in types and len(E.shape) == 3 and len(x.shape) == 2
-            and isinstance(E.shape[2], int) and E.shape[2] == x.shape[1])
+    fits = (set(inputs) == {"E", "x"} and E.type == x.type and E.type in types and len(E.shape) == 3
+            and len(x.shape) == 2 and isinstance(E.shape[2], int) and E.shape[2] == x.shape[1])
     if not fits:
         found = ", ".join(f"{i.name} {i.type} {list(i.shape)}" for i in session.get_inputs())
         raise InputError(f"{path}: not an mha-construct ONNX model (inputs {found or 'none'}; expected E (B, n, d) "
-                         "and x (B, d) of float64 or float32, and an output f)", what="invalid weights")
-    return E.shape[2], types[E.type]
+                         "and x (B, d) of float64 or float32)", what="invalid weights")
+    outputs = session.get_outputs()
+    f = outputs[0] if [o.name for o in outputs] == ["f"] else None
+    # onnxruntime reads an undeclared rank as [], a scalar's shape: both are checked after the run.
+    if f is None:
+        wrong = "outputs " + (", ".join(f"{o.name} {o.type} {list(o.shape)}" for o in outputs) or "none")
+    elif f.type != E.type:
+        wrong = f"output f is {f.type}, the inputs {E.type}"
+    elif len(f.shape) not in (0, 2) or (len(f.shape) == 2 and isinstance(f.shape[1], int) and f.shape[1] < 1):
+        wrong = f"output f has shape {list(f.shape)}, expected (B, d_o)"
+    else:
+        d_o = f.shape[1] if len(f.shape) == 2 and isinstance(f.shape[1], int) else None
+        return E.shape[2], types[E.type], d_o
+    raise InputError(f"{path}: not an mha-construct ONNX model ({wrong}; expected one output f (B, d_o) of the "
+                     "inputs' dtype)", what="invalid weights")
 
 
 def _fitting_inputs(path: Path, E, X, d: int) -> tuple[np.ndarray, np.ndarray]:

@@ -3,6 +3,7 @@ them, metadata that contradicts the tensors, and dtypes the formats do not hold,
 name (an InputError naming the file, the tensor or the option), never the library's own error."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -83,6 +84,74 @@ def test_evaluate_refuses_an_onnx_model_of_another_graph_by_name(small, tmp_path
     with pytest.raises(InputError, match=r"other\.onnx: not an mha-construct ONNX model"):
         evaluate(path, "onnx", data.E, data.X)
 
+
+
+def _onnx_with_our_inputs(tmp_path, name, nodes, outputs):
+    """An ONNX file with this package's inputs, ``E`` (B, n, 4) and ``x`` (B, 4) of float64, an
+    initializer ``Wd`` (4, 1), and ``nodes`` and ``outputs`` of the caller's."""
+    from onnx import TensorProto, helper, numpy_helper
+    graph = helper.make_graph(nodes, "hostile",
+                              [helper.make_tensor_value_info("E", TensorProto.DOUBLE, ["B", "n", 4]),
+                               helper.make_tensor_value_info("x", TensorProto.DOUBLE, ["B", 4])],
+                              outputs, initializer=[numpy_helper.from_array(np.ones((4, 1)), "Wd")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return _write(tmp_path, f"{name}.onnx", model.SerializeToString())
+
+
+def test_evaluate_refuses_an_onnx_model_whose_output_is_not_f_by_name(small, tmp_path):
+    # A hostile trial: files with this package's inputs E and x but another output were run and
+    # their output returned: a second output g beside f, an f of another dtype (float32 or int64
+    # cast back to float64), an f of rank 3 (E itself) or 0 gave arrays a caller compared with
+    # the labels, meeting NumPy's "operands could not be broadcast together with shapes (9,3,4)
+    # (9,1)" or an error of a single number; a sequence output raised AttributeError ('list' object
+    # has no attribute 'astype'). An output g alone was refused without naming the outputs.
+    from onnx import TensorProto, helper
+    _, data = small
+    D, out = TensorProto.DOUBLE, helper.make_tensor_value_info
+    f = helper.make_node("MatMul", ["x", "Wd"], ["f"])                  # (B, 1): a model's output
+    cases = {
+        "g": ([helper.make_node("MatMul", ["x", "Wd"], ["g"])], [out("g", D, ["B", 1])],
+              r"outputs g tensor\(double\) \['B', 1\]"),
+        "two": ([f, helper.make_node("Identity", ["x"], ["g"])], [out("f", D, ["B", 1]), out("g", D, ["B", 4])],
+                r"outputs f tensor\(double\) \['B', 1\], g tensor\(double\) \['B', 4\]"),
+        "float": ([helper.make_node("MatMul", ["x", "Wd"], ["y"]), helper.make_node("Cast", ["y"], ["f"], to=TensorProto.FLOAT)],
+                  [out("f", TensorProto.FLOAT, ["B", 1])], r"output f is tensor\(float\), the inputs tensor\(double\)"),
+        "int": ([helper.make_node("MatMul", ["x", "Wd"], ["y"]), helper.make_node("Cast", ["y"], ["f"], to=TensorProto.INT64)],
+                [out("f", TensorProto.INT64, ["B", 1])], r"output f is tensor\(int64\), the inputs tensor\(double\)"),
+        "sequence": ([helper.make_node("SequenceConstruct", ["x"], ["f"])],
+                     [helper.make_tensor_sequence_value_info("f", D, None)], r"output f is seq\(tensor\(double\)\)"),
+        "rank 3": ([helper.make_node("Identity", ["E"], ["f"])], [out("f", D, ["B", "n", 4])],
+                   r"output f has shape \['B', 'n', 4\], expected \(B, d_o\)"),
+        "no outputs": ([f], [], "outputs none"),
+    }
+    for case, (nodes, outputs, needle) in cases.items():
+        path = _onnx_with_our_inputs(tmp_path, case, nodes, outputs)
+        with pytest.raises(InputError, match=rf"{re.escape(str(path))}: not an mha-construct ONNX model \(.*{needle}.*expected one "
+                                             r"output f \(B, d_o\) of the inputs' dtype") as info:
+            evaluate(path, "onnx", data.E, data.X)
+        assert type(info.value) is InputError, case
+    # Shapes onnxruntime learns only when it runs the file (an undeclared rank reads as [], a
+    # declared one may be false): the output is checked before anyone compares it.
+    runtime = {
+        "scalar": ([helper.make_node("ReduceSum", ["x"], ["f"], keepdims=0)], [out("f", D, [])],
+                   r"output f has shape \(\) on 9 examples; expected \(T, d_o\) = \(9, d_o\)"),
+        # onnxruntime drops a declared shape that contradicts its own inference, to [].
+        "declared (B, 1), is E": ([helper.make_node("Identity", ["E"], ["f"])], [out("f", D, ["B", 1])],
+                                  r"output f has shape \(9, 3, 4\) on 9 examples; expected \(T, d_o\) = \(9, d_o\)"),
+        "transposed": ([helper.make_node("Transpose", ["x"], ["f"], perm=[1, 0])], [out("f", D, [4, "B"])],
+                       r"output f has shape \(4, 9\) on 9 examples; expected \(T, d_o\) = \(9, d_o\)"),
+    }
+    for case, (nodes, outputs, needle) in runtime.items():
+        path = _onnx_with_our_inputs(tmp_path, case, nodes, outputs)
+        with pytest.raises(InputError, match=rf"{re.escape(str(path))}: {needle}") as info:
+            evaluate(path, "onnx", data.E, data.X)
+        assert type(info.value) is InputError, case
+    # The model's own output, (B, d_o) of the inputs' dtype, declared or not, is read.
+    for case, shape in (("declared", ["B", 1]), ("undeclared", None)):
+        path = _onnx_with_our_inputs(tmp_path, case, [f], [out("f", D, shape)])
+        np.testing.assert_allclose(evaluate(path, "onnx", data.E, data.X), data.X.sum(axis=1, keepdims=True),
+                                   rtol=1e-15)                          # onnxruntime's order of summation
 
 def test_evaluate_names_the_file_of_a_state_dict_it_refuses(small, tmp_path):
     # torch.save of something else than the state dict: load_state_dict's refusal, with the file.
