@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import math
 import numbers
+import operator
 import os
 import sys
 
@@ -179,9 +180,18 @@ def finite_examples(name: str, arr: np.ndarray, problems: list[str]) -> None:
         problems.append(f"{name}: non-finite values (NaN or inf) in example(s) {index_list(np.flatnonzero(bad))}")
 
 
+# The refusal of values float64 cannot hold exactly, in an integer or long double array or in a
+# list NumPy made float64; integers of magnitude below 2^53 are all float64 numbers.
+_INEXACT = "values float64 cannot hold exactly (integers beyond 2^53, long doubles with more than 53 significant bits)"
+_INEXACT_ADVICE = ("the engine computes on float64 values, so rounding them would build and certify other data: "
+                   "convert them yourself (astype(np.float64)) where the rounded values are the data you mean")
+_EXACT_INTEGERS = 2.0 ** 53
+
+
 def real_array(name: str, value, problems: list[str]) -> np.ndarray | None:
     """``value`` as a NumPy array of real numbers (its own dtype: float or integer), or None with
-    the reason appended to ``problems``: a ragged list, an object, string or complex array."""
+    the reason appended to ``problems``: a ragged list, an object, string or complex array, or a
+    list whose integers NumPy rounded as it made it float64 (:func:`_rounded_integers`)."""
     if isinstance(value, np.ma.MaskedArray) and np.ma.is_masked(value):     # asarray drops the mask
         mask = np.ma.getmaskarray(value)
         rows = mask.any(axis=tuple(range(1, mask.ndim))) if mask.ndim else np.array([True])
@@ -203,8 +213,52 @@ def real_array(name: str, value, problems: list[str]) -> np.ndarray | None:
     elif arr.dtype.kind not in "fiu":
         problems.append(f"{name}: dtype {arr.dtype} is not a real number type (float or int)")
     else:
-        return arr
+        rounded = _rounded_integers(value, arr)
+        if rounded is None:
+            return arr
+        _refuse(name, rounded, _INEXACT, _INEXACT_ADVICE, problems)
     return None
+
+
+def _rounded_integers(value, arr: np.ndarray) -> np.ndarray | None:
+    """A mask of where ``arr``, the array NumPy made of the nested sequence ``value``, holds an
+    integer of ``value`` that float64 cannot hold, or None where there is none: beside a float, a
+    list's integers become float64 as NumPy converts it, and beyond 2^53 not every integer is a
+    float64 number. An array given as an array is no such list (None at once); of a list, only
+    the entries of magnitude 2^53 or more are looked up, so float data pays two reductions."""
+    if isinstance(value, np.ndarray) or arr.dtype.kind != "f" or arr.size == 0 or arr.ndim == 0:
+        return None                                      # a 0-d float array was a float
+    flat = arr.reshape(-1)
+    if not (np.fmax.reduce(flat) >= _EXACT_INTEGERS or np.fmin.reduce(flat) <= -_EXACT_INTEGERS):
+        return None                                      # (fmax and fmin pass over NaN)
+    large = np.abs(arr) >= _EXACT_INTEGERS
+    # The entries as NumPy read them, before they became floats: Python's integers (those of
+    # nested arrays and tensors too), floats, NumPy's scalars.
+    given = np.array(value, dtype=object)[large]
+    lost = np.zeros(arr.shape, dtype=bool)
+    lost[large] = [type(v) is not float and (i := _integer(v)) is not None and float(i) != i for v in given]
+    return lost if lost.any() else None
+
+
+def _integer(v) -> int | None:
+    """``v`` as a Python ``int`` if it is an integer (Python's, NumPy's, a 0-d integer array),
+    else None (floats, booleans: those float64 holds as they are)."""
+    if isinstance(v, (float, bool)):                     # np.float64 is a float
+        return None
+    try:
+        return operator.index(v)
+    except TypeError:
+        return None
+
+
+def _refuse(name: str, lost: np.ndarray, what: str, advice: str, problems: list[str]) -> bool:
+    """Append ``name: what in example(s) …; advice`` to ``problems`` where the mask ``lost`` (of
+    the array's shape) holds; whether it did."""
+    if not lost.any():
+        return False
+    per_example = lost.any(axis=tuple(range(1, lost.ndim))) if lost.ndim else np.array([True])
+    problems.append(f"{name}: {what} in example(s) {index_list(np.flatnonzero(per_example))}; {advice}")
+    return True
 
 
 def as_float64(name: str, arr: np.ndarray, problems: list[str]) -> np.ndarray | None:
@@ -217,28 +271,19 @@ def as_float64(name: str, arr: np.ndarray, problems: list[str]) -> np.ndarray | 
     if arr.dtype.kind not in "iu" and not (arr.dtype.kind == "f" and arr.dtype.itemsize > 8):
         return out
     refused = False
-
-    def refuse(lost: np.ndarray, what: str, advice: str) -> None:
-        nonlocal refused
-        if lost.any():
-            per_example = lost.any(axis=tuple(range(1, arr.ndim))) if arr.ndim else np.array([True])
-            problems.append(f"{name}: {what} in example(s) {index_list(np.flatnonzero(per_example))}; {advice}")
-            refused = True
     with np.errstate(over="ignore", invalid="ignore"):
         back = out.astype(arr.dtype)                     # exact where float64 holds the value
     if arr.dtype.kind == "f":
         beyond = np.isinf(out) & np.isfinite(arr)
         below = (out == 0) & (arr != 0)
-        refuse(beyond, "values beyond float64's range (about 1.8e308)", "rescale them")
-        refuse(below, "nonzero values below float64's range (about 4.9e-324)", "rescale them")
+        refused |= _refuse(name, beyond, "values beyond float64's range (about 1.8e308)", "rescale them", problems)
+        refused |= _refuse(name, below, "nonzero values below float64's range (about 4.9e-324)", "rescale them",
+                           problems)
         inexact = np.isfinite(arr) & ~beyond & ~below & (back != arr)
     else:
         # Past the integer type's top the cast back is undefined (x86 gives the type's minimum, ARM
         # saturates to the value itself): 2^63 − 1 rounds to 2^63, which no int64 holds.
         top = 2.0 ** (8 * arr.dtype.itemsize - (1 if arr.dtype.kind == "i" else 0))
         inexact = (out >= top) | (back != arr)
-    refuse(inexact, "values float64 cannot hold exactly (integers beyond 2^53, long doubles with more than "
-           "53 significant bits)", "the engine computes on float64 values, so rounding them would build and "
-           "certify other data: convert them yourself (astype(np.float64)) where the rounded values are the "
-           "data you mean")
+    refused |= _refuse(name, inexact, _INEXACT, _INEXACT_ADVICE, problems)
     return None if refused else out

@@ -974,6 +974,50 @@ def test_values_float64_cannot_hold_exactly_are_refused_not_rounded(small):
     assert np.array_equal(exact.E, small.E)
 
 
+
+def test_lists_mixing_floats_with_integers_float64_cannot_hold_are_refused_not_rounded(small):
+    # A hostile trial: a list of integers beyond 2^53 was refused, but the same integer beside a
+    # float ([[0.5, 2**60 + 1]]) was rounded to 2**60 without a word: NumPy makes such a list
+    # float64 as it converts it, before any check sees an integer. as_dataset, forward,
+    # as_weights, datasets.tokens and kruskal_rank all took it.
+    from construct import datasets
+    from construct.assumptions import kruskal_rank
+    big = 2**60 + 1
+    refused = r"{}: values float64 cannot hold exactly \(integers beyond 2\^53.* {}\(s\) {};"
+    Y = small.Y.tolist()
+    Y[3][1] = big
+    with pytest.raises(InputError, match=refused.format("Y", "example", 3)):
+        as_dataset(small.E, small.X, Y)
+    with pytest.raises(InputError, match=refused.format("Y", "example", 3)):    # integers alone: as before
+        as_dataset(small.E, small.X, [[0, 1]] * 3 + [[0, big]] + [[1, 0]] * 3)
+    X = small.X.tolist()
+    X[5][1] = np.uint64(2**64 - 1)                                       # NumPy's integers too
+    E = [c for c in small.E]                                             # a list of arrays, one of them integers
+    E[4] = np.zeros((3, 4), dtype=np.int64)
+    E[4][2, 0] = -big
+    E[6] = tuple(map(tuple, small.E[6].tolist()[:2] + [[0.5, 0.25, big, 1.0]]))
+    with pytest.raises(InputError, match=f"(?s){refused.format('E', 'example', '4, 6')}.*"
+                                         f"{refused.format('X', 'example', 5)}"):
+        as_dataset(E, X, small.Y)
+    w = build(small, 3).weights
+    with pytest.raises(InputError, match=refused.format("X", "example", 5)):
+        forward(small.E, X, w)
+    W_K = w.W_K.tolist()
+    W_K[1][0][0] = big
+    with pytest.raises(InputError, match=refused.format("W_K", "example", 1)):
+        as_weights(W_K, w.W_Q, w.W_V, w.W_O, w.W_D)
+    V = [[0.5 * (i + j) for j in range(5)] for i in range(12)]
+    V[4][2] = big
+    with pytest.raises(InputError, match=refused.format("embeddings", "row", 4)):
+        datasets.tokens(6, n=3, classes=2, embeddings=V)
+    with pytest.raises(InputError, match=refused.format("V", "example", 4)):
+        kruskal_rank(V)
+    # Integers float64 holds, beyond 2^53 too (2^60, 2^53 + 2), and booleans, are taken exactly.
+    Y = small.Y.tolist()
+    Y[0][0], Y[1][0], Y[2][1], Y[3][1] = 2**60, -(2**53 + 2), True, 7
+    held = as_dataset(small.E, small.X, Y)
+    assert held.Y[0, 0] == 2.0**60 and held.Y[1, 0] == -(2.0**53 + 2) and held.Y[2, 1] == 1 and held.Y[3, 1] == 7
+
 def test_masked_arrays_are_refused_where_values_are_masked(small):
     # A hostile trial: as_dataset and forward used the values hidden under a mask.
     E = np.ma.masked_array(small.E, mask=np.zeros(small.E.shape, bool))
