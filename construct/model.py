@@ -401,9 +401,10 @@ def feature_matrix(E, X, weights: Weights, ar: Arithmetic | None = None, *, laye
     return Z
 
 
-# Entries of N x (rows × heads × d) per group of heads in the batched forward pass: 4 MB, as much
-# as a block of contexts (256 of n = 32, d = 64).
-_GROUP_ENTRIES = 1 << 19
+# Entries of N x (rows × heads × d) per group of heads in the batched forward pass: 1 MB (8 heads
+# of d = 64 for 256 rows). From 1 to 8 MB the pass took the same time at H = 64 and 256 (n = 32,
+# d = 64); each thread holds a few arrays of this size.
+_GROUP_ENTRIES = 1 << 17
 
 
 def head_groups(H: int, d: int, ar: Arithmetic) -> list[tuple[int, int]]:
