@@ -81,7 +81,7 @@ def _reordered_per_example(weights: Weights, E, X, ar: Arithmetic):
     H, n, d_o = weights.H, E.shape[1], weights.d_o
     x_scale = _exponent(ar, X)
     fold = max(1, d // d_o)             # heads whose folded values take no more room than the block
-    groups = [_reordered_group(weights, ar, h0, h1, x_scale) for h0, h1 in head_groups(H, d, ar)]
+    groups = [_reordered_group(weights, ar, h0, h1, x_scale) for h0, h1 in head_groups(H, d, ar, T)]
     out = ar.zeros((T, d_o))
 
     def part(lo: int, hi: int) -> None:

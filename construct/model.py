@@ -386,7 +386,7 @@ def feature_matrix(E, X, weights: Weights, ar: Arithmetic | None = None, *, laye
         if not layered:
             E, X = layer_inputs(weights, E, X, ar)
         Z = ar.zeros((T, weights.H * d))
-        groups = _head_groups(weights, ar) if ar.batches_heads else None
+        groups = _head_groups(weights, ar, T) if ar.batches_heads else None
 
         def part(lo: int, hi: int) -> None:                    # rows lo..hi−1, every head
             for a, b in row_blocks(lo, hi, ar.cache_rows):
@@ -407,21 +407,22 @@ def feature_matrix(E, X, weights: Weights, ar: Arithmetic | None = None, *, laye
 _GROUP_ENTRIES = 1 << 17
 
 
-def head_groups(H: int, d: int, ar: Arithmetic) -> list[tuple[int, int]]:
+def head_groups(H: int, d: int, ar: Arithmetic, T: int) -> list[tuple[int, int]]:
     """Consecutive heads ``(h0, h1)`` covering ``0..H−1``, as many per group as keep ``N x`` of
-    a block of :attr:`~construct.arith.Arithmetic.cache_rows` examples (rows × heads × d) near
-    :data:`_GROUP_ENTRIES` entries."""
-    size = max(1, _GROUP_ENTRIES // ((ar.cache_rows or 1) * d))
+    a block of rows (rows × heads × d) near :data:`_GROUP_ENTRIES` entries: a block is
+    :attr:`~construct.arith.Arithmetic.cache_rows` examples, or all ``T`` where the arithmetic
+    takes them at once (then one head per group from ``T·d`` entries on, as head by head)."""
+    size = max(1, _GROUP_ENTRIES // (max(1, ar.cache_rows or T) * d))
     return [(h0, min(H, h0 + size)) for h0 in range(0, H, size)]
 
 
-def _head_groups(weights: Weights, ar: Arithmetic) -> list:
+def _head_groups(weights: Weights, ar: Arithmetic, T: int) -> list:
     """:func:`head_groups` with each group's queries side by side, ``[W_Q,h0 … W_Q,h1−1]``
     (d, (h1 − h0)·d_h), and its keys ``W_K,h^T`` stacked ((h1 − h0), d_h, d), for
     :func:`_group_features`."""
     xp = ar.xp
     return [(h0, h1, xp.concat([weights.W_Q[h, ...] for h in range(h0, h1)], axis=1),
-             xp.matrix_transpose(weights.W_K[h0:h1, ...])) for h0, h1 in head_groups(weights.H, weights.d, ar)]
+             xp.matrix_transpose(weights.W_K[h0:h1, ...])) for h0, h1 in head_groups(weights.H, weights.d, ar, T)]
 
 
 def _group_features(E, X, queries, keys_T, ar: Arithmetic):

@@ -131,3 +131,25 @@ def test_the_generic_ldexp_rounds_once_as_numpy_does(values, e):
         on_cpu = FLOAT64.ldexp(values, e)                   # NumPy's arithmetic takes the same route
     for result in (got, on_cpu):
         assert np.array_equal(result, expected) and np.array_equal(np.signbit(result), np.signbit(expected))
+
+
+def test_the_rounding_detector_holds_no_array_of_zs_size_without_blocks_of_rows(strict):
+    # The generic arithmetic (CuPy's) takes all rows at once (no cache_rows). The detector's
+    # groups of heads were sized for 1 row then: up to 2^17 / d heads at a time, so N x, the logits
+    # and their softmax for all T rows and the whole group, 2.6 times Z's size here (41 MB beside
+    # Z's 16 MB), where head by head they were T × d. On a GPU with Z near its memory, that ran out.
+    import tracemalloc
+    from construct.accurate import reordered_outputs
+    rng = np.random.default_rng(0)
+    T, H, n, d = 4000, 64, 4, 8
+    w = Weights(*(rng.standard_normal(s) for s in ((H, d, 2), (H, d, 2), (H, d, 1), (H, d), (d, 1))))
+    E, X = rng.standard_normal((T, n, d)), rng.standard_normal((T, d))
+    on_strict, Es, Xs = w.map(strict.asarray), strict.asarray(E), strict.asarray(X)
+    tracemalloc.start()
+    try:
+        out = reordered_outputs(on_strict, Es, Xs, strict)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * T * H * d / 2                  # about 5 MB: groups of 4 heads, 1 MB arrays
+    assert np.allclose(strict.to_host(out), reordered_outputs(w, E, X), rtol=1e-12, atol=1e-12)
