@@ -221,23 +221,53 @@ def real_array(name: str, value, problems: list[str]) -> np.ndarray | None:
 
 
 def _rounded_integers(value, arr: np.ndarray) -> np.ndarray | None:
-    """A mask of where ``arr``, the array NumPy made of the nested sequence ``value``, holds an
-    integer of ``value`` that float64 cannot hold, or None where there is none: beside a float, a
-    list's integers become float64 as NumPy converts it, and beyond 2^53 not every integer is a
-    float64 number. An array given as an array is no such list (None at once); of a list, only
-    the entries of magnitude 2^53 or more are looked up, so float data pays two reductions."""
-    if isinstance(value, np.ndarray) or arr.dtype.kind != "f" or arr.size == 0 or arr.ndim == 0:
+    """A mask of the examples (``arr``'s first axis) where ``arr``, the array NumPy made of the
+    nested sequence ``value``, holds an integer of ``value`` that float64 cannot hold, or None
+    where there is none: beside a float, a list's integers become float64 as NumPy converts it,
+    and beyond 2^53 not every integer is a float64 number. An array, or anything NumPy reads
+    through an array interface or a buffer (a tensor, a memoryview), has one dtype and is no
+    such list (None at once); of a list, only where an entry reaches 2^53 are its entries read
+    again (:func:`_holds_rounded_integer`), the arrays inside it by their dtype, so float data
+    pay two reductions."""
+    if _typed(value) or arr.dtype.kind != "f" or arr.size == 0 or arr.ndim == 0:
         return None                                      # a 0-d float array was a float
     flat = arr.reshape(-1)
     if not (np.fmax.reduce(flat) >= _EXACT_INTEGERS or np.fmin.reduce(flat) <= -_EXACT_INTEGERS):
         return None                                      # (fmax and fmin pass over NaN)
-    large = np.abs(arr) >= _EXACT_INTEGERS
-    # The entries as NumPy read them, before they became floats: Python's integers (those of
-    # nested arrays and tensors too), floats, NumPy's scalars.
-    given = np.array(value, dtype=object)[large]
-    lost = np.zeros(arr.shape, dtype=bool)
-    lost[large] = [type(v) is not float and (i := _integer(v)) is not None and float(i) != i for v in given]
+    lost = np.array([_holds_rounded_integer(v) for v in value], dtype=bool)
     return lost if lost.any() else None
+
+
+def _typed(v) -> bool:
+    """Whether NumPy reads ``v`` as an array of one dtype (an array, a NumPy scalar, a tensor,
+    anything with an array interface or a buffer) rather than as a sequence of entries."""
+    if isinstance(v, (np.ndarray, np.generic)) or any(hasattr(v, k) for k in ("__array__", "__array_interface__",
+                                                                               "__array_struct__")):
+        return True
+    try:
+        memoryview(v)
+    except TypeError:
+        return False
+    return True
+
+
+def _holds_rounded_integer(v) -> bool:
+    """Whether the entry ``v`` of a nested sequence is or holds an integer float64 cannot hold:
+    a Python integer, or an integer array (or NumPy integer) with such values (:func:`as_float64`,
+    one pass); a float array holds none."""
+    if _typed(v):
+        a = np.asarray(v)
+        return a.dtype.kind in "iu" and as_float64("", a, []) is None
+    i = _integer(v)
+    if i is not None:
+        return abs(i) >= _EXACT_INTEGERS and float(i) != i
+    if isinstance(v, (float, complex, str, bytes)):
+        return False
+    try:
+        entries = iter(v)
+    except TypeError:
+        return False
+    return any(_holds_rounded_integer(u) for u in entries)
 
 
 def _integer(v) -> int | None:
