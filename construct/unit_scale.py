@@ -53,8 +53,10 @@ def build_scaled(data: Dataset, exponents: tuple[int, int, int], skip: bool, tol
             the labels there although they do at unit scale.
     """
     e_E, e_X, e_Y = exponents
-    X_o = data.X[:, :data.d_o]
-    target = np.ldexp(data.Y, -e_Y) - (np.ldexp(X_o, -e_Y) if skip else 0.0)
+    X_o = data.X[:, :data.d_o]                # (with d_o > d, refused by build_unit's checks: d columns)
+    target = np.ldexp(data.Y, -e_Y)
+    if skip:
+        target[:, :X_o.shape[1]] -= np.ldexp(X_o, -e_Y)
     unit = as_dataset(np.ldexp(data.E, -e_E), np.ldexp(data.X, -e_X), target)
     result = build_unit(unit)
     w = result.weights

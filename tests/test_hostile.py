@@ -1176,11 +1176,15 @@ def test_a_request_too_large_is_refused_before_the_checks_that_cost_memory(monke
         build(data, 2)
 
 
+@pytest.mark.parametrize("scale", [0, 700])
 @pytest.mark.parametrize("skip", [False, True])
-def test_more_outputs_than_token_dimensions_are_refused_with_or_without_the_skip(tmp_path, capsys, skip):
+def test_more_outputs_than_token_dimensions_are_refused_with_or_without_the_skip(tmp_path, capsys, skip, scale):
     # A hostile case: with --skip, d_o > d ended in a NumPy broadcasting traceback while the data
-    # were brought to unit scale, before the check that names the failed hypothesis.
+    # were brought to unit scale, before the check that names the failed hypothesis; far from
+    # unit scale (2^700) too, where the labels' target at unit scale subtracts x's first d_o
+    # coordinates (a review found it after the first fix).
     data = synthetic("independent", T=5, n=3, d=4, d_o=5, seed=0)
+    data = as_dataset(*(np.ldexp(a, scale) for a in (data.E, data.X, data.Y)))
     with pytest.raises(InputError, match="d_o = 5 output columns exceed the token dimension d = 4"):
         build(data, 2, skip=skip)
     path = tmp_path / "wide.npz"
