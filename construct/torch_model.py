@@ -135,7 +135,7 @@ def load_state_dict(state: dict) -> MemorizingAttention:
         InputError: a matrix missing, an unexpected entry, a matrix that is not a tensor of one of
             :data:`DTYPES`, of finite values, of the other matrices' dtype, or a
             ``skip``/``mean_shift`` that is not one boolean; a tensor without plain values
-            (:func:`_storage_problem`: sparse, nested, mkldnn, meta); then the weights' own checks
+            (:func:`_storage_problem`: sparse, nested, mkldnn, meta, a subclass); then the weights' own checks
             (:func:`construct.model.as_weights`: the shapes).
     """
     if not isinstance(state, Mapping):
@@ -172,7 +172,7 @@ def load_state_dict(state: dict) -> MemorizingAttention:
     if problems:
         raise InputError(problems, what="invalid state dict")
     # The shapes, through the weights' own validation (float64 on the host; the module keeps the dtype).
-    as_weights(*(state[k].detach().cpu().double().numpy() for k in matrices), skip=bool(state["skip"]))
+    as_weights(*(state[k].detach().cpu().double().resolve_neg().numpy() for k in matrices), skip=bool(state["skip"]))
     H, d, d_h = state["W_K"].shape
     d_v, d_o = state["W_V"].shape[2], state["W_D"].shape[1]
     shift = bool(state.get("mean_shift", False))
@@ -184,9 +184,12 @@ def load_state_dict(state: dict) -> MemorizingAttention:
 
 def _storage_problem(v: torch.Tensor) -> str | None:
     """Why ``v`` holds no plain values to read, or None: a nested tensor, a layout other than
-    strided (sparse, mkldnn: PyTorch's isfinite, item and copy raise on them), or the meta device
-    (a shape without values). A strided view that is not contiguous, or one that requires grad,
-    holds plain values."""
+    strided (sparse, mkldnn: PyTorch's isfinite, item and copy raise on them), the meta device
+    (a shape without values), or a subclass of ``torch.Tensor`` other than ``Parameter`` (a
+    ``MaskedTensor``'s numpy raises). A strided view that is not contiguous, one that requires
+    grad, or one with the negative bit (values held negated; torch.save keeps it) holds plain values."""
+    if type(v) not in (torch.Tensor, torch.nn.Parameter):
+        return f"a tensor subclass, {type(v).__name__}; expected a plain torch.Tensor"
     if v.is_nested:
         return "a nested tensor; expected a dense (strided) one"
     if v.layout != torch.strided:

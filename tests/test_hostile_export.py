@@ -381,3 +381,26 @@ def test_load_state_dict_refuses_tensors_without_plain_values_by_name(small):
              "W_Q": state["W_Q"].transpose(1, 2).contiguous().transpose(1, 2)}
     back = from_torch(load_state_dict(plain))
     assert all(np.array_equal(getattr(back, k), getattr(weights, k)) for k in ("W_K", "W_Q", "W_V", "W_O", "W_D"))
+
+
+@pytest.mark.filterwarnings("ignore:.*(beta state|prototype stage|are deprecated):UserWarning")
+def test_tensors_with_the_negative_bit_load_as_their_values_and_subclasses_are_refused_by_name(small, tmp_path):
+    # Found by a review: a tensor holding its values negated with PyTorch's negative bit (which
+    # torch.save keeps and torch.load(weights_only=True) gives back) raised RuntimeError "Can't
+    # call numpy() on Tensor that has negative bit set" from load_state_dict, and so from
+    # evaluate on such a file; a MaskedTensor raised ".numpy() is not supported for tensor subclasses".
+    from construct.torch_model import from_torch, load_state_dict, to_torch
+    weights, data = small
+    state = to_torch(weights).state_dict()
+    negated = {**state, "W_K": torch._neg_view(-state["W_K"]), "W_D": torch._neg_view(-state["W_D"])}
+    assert negated["W_K"].is_neg() and torch.equal(negated["W_K"], state["W_K"])
+    back = from_torch(load_state_dict(negated))
+    assert all(np.array_equal(getattr(back, k), getattr(weights, k)) for k in ("W_K", "W_Q", "W_V", "W_O", "W_D"))
+    torch.save(negated, tmp_path / "negated.torch")
+    np.testing.assert_array_equal(evaluate(tmp_path / "negated.torch", "torch", data.E, data.X),
+                                  evaluate(_write(tmp_path, "m.torch", export_bytes(weights, "torch")), "torch",
+                                           data.E, data.X))
+    masked = torch.masked.masked_tensor(state["W_Q"], torch.ones_like(state["W_Q"], dtype=torch.bool))
+    with pytest.raises(InputError, match="W_Q: a tensor subclass, MaskedTensor; expected a plain torch.Tensor") as info:
+        load_state_dict({**state, "W_Q": masked})
+    assert type(info.value) is InputError
