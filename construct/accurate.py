@@ -72,25 +72,26 @@ def _reordered_per_example(weights: Weights, E, X, ar: Arithmetic):
     (:func:`construct.model.head_groups`): ``N x`` for a group in one product, the logits and
     the values by products that read a block's contexts once per group.
 
-    Each ``N`` is formed from ``W_K`` and ``W_Q`` scaled by powers of two to unit size, and ``x``
-    is scaled to unit size too; the scales come back, exactly, on ``N x``: weights of data far
-    from unit scale (``2^±665``, say) would otherwise give products that underflow where the
-    forward pass's order stays in range."""
+    Each ``N`` is formed from ``W_K`` and ``W_Q`` scaled by powers of two to unit size, and each
+    query ``x`` is scaled to unit size too, by its own power of two; the scales come back on
+    ``N x``, rounded once: weights of data far from unit scale (``2^±665``, say) would otherwise
+    give products that underflow where the forward pass's order stays in range, and one scale
+    for every query would take a query far below the largest to 0."""
     xp = ar.xp
     T, d = X.shape
     H, n, d_o = weights.H, E.shape[1], weights.d_o
-    x_scale = _exponent(ar, X)
     fold = max(1, d // d_o)             # heads whose folded values take no more room than the block
-    groups = [_reordered_group(weights, ar, h0, h1, x_scale) for h0, h1 in head_groups(H, d, ar, T)]
+    groups = [_reordered_group(weights, ar, h0, h1) for h0, h1 in head_groups(H, d, ar, T)]
     out = ar.zeros((T, d_o))
 
     def part(lo: int, hi: int) -> None:
         for r0, r1 in row_blocks(lo, hi, ar.cache_rows):
             block, x, m = E[r0:r1, ...], X[r0:r1, ...], r1 - r0
             o = x @ weights.W_D if weights.skip else ar.zeros((m, d_o))
-            flat, x = xp.reshape(block, (m * n, d)), ar.ldexp(x, -x_scale)
-            for keys, rescale, values in groups:
-                w = rescale(xp.reshape(x @ keys, (m, -1, d)))                                # N x
+            flat, e = xp.reshape(block, (m * n, d)), _row_exponents(ar, x)
+            x = _times_two_to(ar, x, -e[:, None])                                       # unit scale
+            for keys, shifts, values in groups:
+                w = _times_two_to(ar, xp.reshape(x @ keys, (m, -1, d)), e[:, None, None] + shifts[None, :, None])  # N x
                 s = softmax(xp.matmul(w, xp.matrix_transpose(block)), ar)                  # (m, heads, n)
                 for g0 in range(0, s.shape[1], fold):
                     g1 = min(s.shape[1], g0 + fold)
@@ -103,10 +104,10 @@ def _reordered_per_example(weights: Weights, E, X, ar: Arithmetic):
     return out
 
 
-def _reordered_group(weights: Weights, ar: Arithmetic, h0: int, h1: int, x_scale: int):
+def _reordered_group(weights: Weights, ar: Arithmetic, h0: int, h1: int):
     """For heads ``h0..h1−1`` of :func:`_reordered_per_example`: their key maps ``N_h^T`` at unit
-    scale side by side (d, heads·d), what brings ``x N_h^T`` (``x`` at unit scale) back to
-    ``N_h x`` (products with powers of two, exact), and the folded values side by side
+    scale side by side (d, heads·d), the exponents (host integers) that bring ``x N_h^T`` back
+    to ``N_h x`` for a query ``x`` at unit scale, and the folded values side by side
     (d, heads·d_o)."""
     xp, d_v = ar.xp, weights.d_v
     keys, shifts = [], []
@@ -114,17 +115,34 @@ def _reordered_group(weights: Weights, ar: Arithmetic, h0: int, h1: int, x_scale
         a, b = _exponent(ar, weights.W_K[h, ...]), _exponent(ar, weights.W_Q[h, ...])
         N = ar.ldexp(weights.W_K[h, ...], -a) @ xp.matrix_transpose(ar.ldexp(weights.W_Q[h, ...], -b))   # (d, d)
         keys.append(xp.matrix_transpose(N))
-        shifts.append(x_scale + a + b)
-    if all(-1022 <= e <= 1023 for e in shifts):                    # products with normal powers of two
-        factors = ar.asarray(np.ldexp(1.0, np.array(shifts))[None, :, None])
-
-        def rescale(w):
-            return w * factors
-    else:
-        def rescale(w):
-            return xp.concat([ar.ldexp(w[:, k:k + 1, :], e) for k, e in enumerate(shifts)], axis=1)
+        shifts.append(a + b)
     values = [weights.W_V[h, ...] @ (weights.W_O[h * d_v:(h + 1) * d_v, ...] @ weights.W_D) for h in range(h0, h1)]
-    return xp.concat(keys, axis=1), rescale, xp.concat(values, axis=1)
+    return xp.concat(keys, axis=1), np.array(shifts, dtype=np.int64), xp.concat(values, axis=1)
+
+
+def _row_exponents(ar: Arithmetic, A) -> np.ndarray:
+    """The binary exponent of each row's largest ``|a|`` (host integers; 0 for a zero or
+    non-finite row)."""
+    top = ar.to_host(ar.xp.max(ar.xp.abs(A), axis=1)) if A.shape[1] else np.zeros(A.shape[0])
+    with np.errstate(invalid="ignore"):
+        e = np.frexp(top)[1].astype(np.int64)
+    return np.where(np.isfinite(top), e, 0)
+
+
+def _times_two_to(ar: Arithmetic, A, S: np.ndarray):
+    """``A · 2^S`` rounded once, for host integers ``S`` broadcast against ``A``: one product with
+    normal powers of two where every ``S`` allows it; otherwise the steps of
+    :meth:`~construct.arith.Arithmetic.ldexp`, entry by entry (the remainder first, then steps
+    of ``2^±1000``: exact but for the last, or 0 where the exact result is below ``2^−2022``)."""
+    S = np.asarray(S, dtype=np.int64)
+    if S.size == 0 or (S.min() >= -1022 and S.max() <= 1023):
+        return A * ar.asarray(np.ldexp(1.0, S))
+    up, size = S > 0, np.abs(S)
+    steps, rest = size // 1000, size % 1000
+    A = A * ar.asarray(np.ldexp(1.0, np.where(up, rest, -rest)))
+    for k in range(int(steps.max())):
+        A = A * ar.asarray(np.ldexp(1.0, np.where(steps > k, np.where(up, 1000, -1000), 0)))
+    return A
 
 
 def _exponent(ar: Arithmetic, A) -> int:
