@@ -89,9 +89,9 @@ def _reordered_per_example(weights: Weights, E, X, ar: Arithmetic):
             block, x, m = E[r0:r1, ...], X[r0:r1, ...], r1 - r0
             o = x @ weights.W_D if weights.skip else ar.zeros((m, d_o))
             flat, e = xp.reshape(block, (m * n, d)), _row_exponents(ar, x)
-            x = _times_two_to(ar, x, -e[:, None])                                       # unit scale
+            x = ar.ldexp(x, -e[:, None])                                       # unit scale
             for keys, shifts, values in groups:
-                w = _times_two_to(ar, xp.reshape(x @ keys, (m, -1, d)), e[:, None, None] + shifts[None, :, None])  # N x
+                w = ar.ldexp(xp.reshape(x @ keys, (m, -1, d)), e[:, None, None] + shifts[None, :, None])  # N x
                 s = softmax(xp.matmul(w, xp.matrix_transpose(block)), ar)                  # (m, heads, n)
                 for g0 in range(0, s.shape[1], fold):
                     g1 = min(s.shape[1], g0 + fold)
@@ -127,22 +127,6 @@ def _row_exponents(ar: Arithmetic, A) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         e = np.frexp(top)[1].astype(np.int64)
     return np.where(np.isfinite(top), e, 0)
-
-
-def _times_two_to(ar: Arithmetic, A, S: np.ndarray):
-    """``A · 2^S`` rounded once, for host integers ``S`` broadcast against ``A``: one product with
-    normal powers of two where every ``S`` allows it; otherwise the steps of
-    :meth:`~construct.arith.Arithmetic.ldexp`, entry by entry (the remainder first, then steps
-    of ``2^±1000``: exact but for the last, or 0 where the exact result is below ``2^−2022``)."""
-    S = np.asarray(S, dtype=np.int64)
-    if S.size == 0 or (S.min() >= -1022 and S.max() <= 1023):
-        return A * ar.asarray(np.ldexp(1.0, S))
-    up, size = S > 0, np.abs(S)
-    steps, rest = size // 1000, size % 1000
-    A = A * ar.asarray(np.ldexp(1.0, np.where(up, rest, -rest)))
-    for k in range(int(steps.max())):
-        A = A * ar.asarray(np.ldexp(1.0, np.where(steps > k, np.where(up, 1000, -1000), 0)))
-    return A
 
 
 def _exponent(ar: Arithmetic, A) -> int:

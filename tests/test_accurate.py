@@ -18,8 +18,7 @@ import pytest
 from hypothesis import example, given, settings, strategies as st
 
 from construct import ConstructionError, as_dataset, build, dword, synthetic, verify
-from construct.accurate import (VISIBLE, _times_two_to, changed_outputs, gaps, reordered_outputs, rounding_visible,
-                                shared_context)
+from construct.accurate import VISIBLE, changed_outputs, gaps, reordered_outputs, rounding_visible, shared_context
 from construct.accurate import outputs as accurate_outputs
 from construct.arith import FLOAT64, Mpmath
 from construct.certify import certify
@@ -435,4 +434,4 @@ def test_scaling_by_powers_of_two_entry_by_entry_rounds_once(values, exponents):
     k = min(len(values), len(exponents))
     A, S = np.array(values[:k]), np.array(exponents[:k])
     with np.errstate(over="ignore"):
-        assert np.array_equal(_times_two_to(FLOAT64, A, S), np.ldexp(A, S))
+        assert np.array_equal(FLOAT64.ldexp(A, S), np.ldexp(A, S))

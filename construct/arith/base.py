@@ -155,18 +155,36 @@ class Arithmetic:
     def sqrt(self, A):
         return self.xp.sqrt(A)
 
-    def ldexp(self, A, e: int):
+    def ldexp(self, A, e):
         """``A · 2^e``, rounded once, as ``numpy.ldexp``: by products with powers of two of at
         most ``2^±1000`` (``2.0 ** e`` alone overflows past 1023 and is 0 below −1074). Upward
         the steps are exact until the result overflows. Downward the remainder goes first and
         then steps of ``2^−1000``: a step short of the last is exact while its result is normal,
-        and where it is subnormal the exact result is below ``2^−2022`` and both are 0."""
+        and where it is subnormal the exact result is below ``2^−2022`` and both are 0.
+
+        ``e``: an integer, or (float arithmetics) host integers, a NumPy array broadcast against
+        ``A``: each entry by its own exponent, in the same steps."""
+        if isinstance(e, np.ndarray):
+            return self._ldexp_each(A, e)
         e = operator.index(e)                                          # an integer, never truncated
         step = 1000 if e > 0 else -1000
         first = e - step * (abs(e) // 1000)
         A = A * 2.0 ** first                                           # a new array, also for e = 0
         for _ in range(min(abs(e) // 1000, 3)):     # three steps take any double to 0 or inf already
             A = A * 2.0 ** step
+        return A
+
+    def _ldexp_each(self, A, e: np.ndarray):
+        """:meth:`ldexp` with an exponent per entry: one product with normal powers of two where
+        every exponent allows it, otherwise the same steps, entry by entry."""
+        e = e.astype(np.int64, casting="safe")                        # integers, never truncated
+        if e.size == 0 or (e.min() >= -1022 and e.max() <= 1023):
+            return A * self.asarray(np.ldexp(1.0, e))
+        up, size = e > 0, np.abs(e)
+        A = A * self.asarray(np.ldexp(1.0, np.where(up, size % 1000, -(size % 1000))))
+        steps = size // 1000
+        for k in range(min(int(steps.max()), 3)):
+            A = A * self.asarray(np.ldexp(1.0, np.where(steps > k, np.where(up, 1000, -1000), 0)))
         return A
 
     # -- products -------------------------------------------------------------------------------
