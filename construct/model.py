@@ -397,7 +397,8 @@ def feature_matrix(E, X, weights: Weights, ar: Arithmetic | None = None, *, laye
                 for h in range(weights.H):
                     Z[a:b, h * d:(h + 1) * d] = head_features(E[a:b, ...], X[a:b, ...], weights.W_K[h, ...],
                                                               weights.W_Q[h, ...], ar)
-        ar.rows(part, T)
+        with ar.session():          # BLAS on one thread, whatever it had: a group's products round
+            ar.rows(part, T)        # by how BLAS splits them, and the bits must not depend on it
     return Z
 
 

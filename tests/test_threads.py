@@ -13,10 +13,11 @@ import sys
 import textwrap
 import threading
 
+import numpy as np
 import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from construct import build, synthetic
+from construct import build, feature_matrix, forward, synthetic
 from construct.arith.threads import blas_limit
 
 
@@ -269,3 +270,17 @@ def test_sessions_overlapping_in_two_threads_leave_the_shared_arithmetic_as_it_w
     assert FLOAT64.parallel is False
     with threadpool_limits(1, user_api="blas"), FLOAT64.heavy():
         assert set(_blas_threads()) == {1}
+
+
+def test_the_forward_pass_gives_the_same_bits_whatever_blas_threads_it_finds():
+    # The forward pass takes the heads in groups, by products whose rounding depends on how many
+    # threads BLAS splits them over: outside a session, forward gave other last bits with BLAS on
+    # one thread than on two (T = 301, H = 20, 8e-15). It runs its pass in the arithmetic's
+    # session (BLAS on one thread, the rows in two fixed halves), as verify always did.
+    data = synthetic("independent", T=301, n=16, d=24, seed=1)
+    weights = build(data, 20, seed=0).weights
+    with threadpool_limits(limits=1):
+        one = forward(data.E, data.X, weights), feature_matrix(data.E, data.X, weights, layered=True)
+    with threadpool_limits(limits=2):
+        two = forward(data.E, data.X, weights), feature_matrix(data.E, data.X, weights, layered=True)
+    assert np.array_equal(one[0], two[0]) and np.array_equal(one[1], two[1])
