@@ -42,7 +42,7 @@ class Precision:
 
     @property
     def eps(self) -> float:
-        """Unit roundoff: ``2^-52`` or ``2^(1 - bits)``."""
+        """Machine epsilon (twice the unit roundoff): ``2^-52`` or ``2^(1 - bits)``."""
         return EPS64 if self.bits is None else 2.0 ** (1 - self.bits)
 
     def __str__(self) -> str:

@@ -1,7 +1,7 @@
 """The seam's interface, implemented for any namespace of the Python array API standard.
 
 :class:`Arithmetic` is everything the stages ask of the numbers they compute with: arrays and
-their conversion, unit roundoff, elementwise functions, the products of the forward pass, the
+their conversion, machine epsilon, elementwise functions, the products of the forward pass, the
 row-space factor behind the row reduction, the minimum-norm solve, extreme singular values and
 the one rank tolerance, and how work may run in parallel. The methods here are written against
 ``self.xp`` and the standard's ``linalg`` extension only, so an array library that follows the
@@ -81,7 +81,7 @@ class Arithmetic:
 
     @property
     def eps(self) -> float:
-        """Unit roundoff ``2^(1 − bits)`` (``numpy.finfo(float64).eps`` for float64)."""
+        """Machine epsilon ``2^(1 − bits)``, twice the unit roundoff (``numpy.finfo(float64).eps`` for float64)."""
         return 2.0 ** (1 - self.bits)
 
     # -- execution ------------------------------------------------------------------------------
