@@ -216,16 +216,35 @@ def check_assumptions(data: Dataset, trials: int = SAMPLED_TRIALS, seed: int = 0
     size = max(n, min(T, d))                    # the largest subsets sampled: their indices, rows and
     require_memory(trials * (8 * size * (d + 2) + 200),        # singular values, and one small array each
                    f"sampling {trials} subsets of {size} queries")
-    bad = a2_violations(data.E)
-    a3_vectors = data.X + data.E.mean(axis=1)
+    E, X = _unit_scale(data.E), _unit_scale(data.X)
+    bad = a2_violations(E)
+    a3_vectors = _shifted_queries(data.E, data.X)
     return AssumptionReport(
         T=T, n=n, d=d,
-        a1=kruskal_check(data.X, n, "queries x", trials, seed, budget),
+        a1=kruskal_check(X, n, "queries x", trials, seed, budget),
         a2_violations=[int(i) for i in bad], a2=bad.size == 0,
         a3=kruskal_check(a3_vectors, n, "x + mean_i e_i", trials, seed, budget),
-        general_position=kruskal_check(data.X, min(T, d), "queries x", trials, seed, budget),
+        general_position=kruskal_check(X, min(T, d), "queries x", trials, seed, budget),
         d_o=data.d_o, outputs=data.d_o <= d,
     )
+
+
+def _unit_scale(a: np.ndarray) -> np.ndarray:
+    """``a`` divided by the power of two that brings its largest entry into [1/2, 1): ranks ignore
+    a common factor, and near float64's largest numbers the singular values themselves overflow
+    (every context's rank then read as deficient), as the build, which runs such data at unit
+    scale, does not. The division is exact."""
+    top = float(np.abs(a).max())
+    return np.ldexp(a, -int(np.frexp(top)[1])) if top > 0 else a
+
+
+def _shifted_queries(E: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """The vectors of A3, ``x^(t) + mean_i e_i^(t)``, at unit scale (:func:`_unit_scale`), where
+    ``E`` and ``X`` share one power of two: near float64's largest numbers the sum or the mean
+    would overflow to inf."""
+    top = max(float(np.abs(E).max()), float(np.abs(X).max()))
+    e = int(np.frexp(top)[1]) if top > 0 else 0
+    return np.ldexp(X, -e) + np.ldexp(E, -e).mean(axis=1)
 
 
 def assumptions_text(rep: AssumptionReport) -> str:

@@ -584,6 +584,20 @@ def test_assumptions_on_data_near_float64s_limit_prints_no_warning(tmp_path, sma
     assert "A2                holds" in done.stdout
 
 
+def test_assumptions_near_float64s_largest_numbers_report_what_they_do_at_unit_scale(tmp_path, small):
+    # A hostile review: with E and X near 1.7e308 (data build takes, at unit scale) the singular
+    # values of a context or of a few queries passed float64's range, so A1 and A2 failed for every
+    # example, and the vectors x + mean(E) of A3 overflowed to inf: the SVD printed thousands of
+    # LAPACK lines and the command stopped with exit 2 on "V: non-finite values", an array the
+    # user never gave. Ranks ignore a power of two, so the report is the unit-scale data's.
+    from construct.assumptions import check_assumptions
+    big = as_dataset(small.E * 2.0**1023, small.X * 2.0**1023, small.Y)
+    (tmp_path / "d.npz").write_bytes(big.to_bytes())
+    done = cli("assumptions", tmp_path / "d.npz", "--json")
+    assert done.stderr == "" and done.returncode == 0, done.stderr[-500:]
+    assert json.loads(done.stdout) == check_assumptions(small).to_dict()
+
+
 def test_a_zero_dimensional_boolean_array_is_a_boolean(small):
     # A review: np.load(...)["skip"] is a 0-d array; build refused it where as_weights took it.
     assert build(small, 3, skip=np.array(False)).weights.skip is False
