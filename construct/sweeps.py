@@ -41,11 +41,13 @@ FIELDS = ("kind", "H", "n", "d", "d_h", "bound", "certified", "generic_T", "gene
 
 @numpy_error_defaults
 def point(kind: str, H: int, n: int, d: int, d_h: int, seed: int = 0) -> dict:
-    """One point of a sweep (module docstring)."""
+    """One point of a sweep (module docstring). ``seed`` is read as a Python integer: the probe
+    draws with ``seed + 1``, which in a NumPy integer type can overflow (wrap to 0, or go negative)."""
     from .build import build
     from .certify import certify
     from .data import synthetic
 
+    seed = integer(seed, "seed", 0)
     t0 = time.perf_counter()
     bound = bound_of(H, n, d_h)
     data = synthetic(kind, T=bound, n=n, d=d, seed=seed)
@@ -71,7 +73,7 @@ def sweep(vary: str, values, *, kind: str = "independent", H: int = 4, n: int = 
     others fixed (``d_h`` defaults to ``n``)."""
     if vary not in VARIES:
         raise InputError(f"vary must be one of {', '.join(VARIES)}, got {vary!r}", what="invalid option")
-    d, progress = integer(d, "d"), callback(progress, "progress")
+    d, progress, seed = integer(d, "d"), callback(progress, "progress"), integer(seed, "seed", 0)
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable) or np.ndim(values) == 0:
         raise InputError(f"values: expected a sequence of integers, got {type(values).__name__}",
                          what="invalid values")

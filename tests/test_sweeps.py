@@ -4,6 +4,7 @@ import csv
 import io
 import json
 
+import numpy as np
 import pytest
 
 from construct import InputError
@@ -213,3 +214,13 @@ def test_a_sweep_over_n_at_a_fixed_head_dimension_says_so_in_its_figure(tmp_path
     tied = [_row(n=3, d_h=3), _row(n=4, d_h=4, bound=7)]
     plot(tied, "n", tmp_path / "q.svg")
     assert "d_h = n" in (tmp_path / "q.svg").read_text()
+
+
+@pytest.mark.parametrize("seed", [np.int64(2**63 - 1), np.uint64(2**64 - 1)])
+def test_a_numpy_seed_at_its_types_largest_value_is_the_seed_given(seed, recwarn):
+    # A hostile review: the probe draws with seed + 1, which overflowed in the seed's NumPy type:
+    # int64's largest was refused as "seed must be ≥ 0, got -9223372036854775808", a seed the
+    # caller never gave, and uint64's wrapped to 0 with a RuntimeWarning.
+    rows = sweep("H", [1], n=3, d=4, seed=seed)
+    assert rows == [{**sweep("H", [1], n=3, d=4, seed=int(seed))[0], "seconds": rows[0]["seconds"]}]
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
