@@ -917,6 +917,7 @@ def repeated_queries(heads: int = 3, context: int = 3, dim: int = 4, *, seed: in
     """
     from .datasets import tokens
     from .partition import violations
+    seed = integer(seed, "seed", 0)           # a Python integer: seed + attempt never overflows
     T = capacity(heads, context, context)
     if T < 2:
         raise InputError([f"repeated queries need at least 2 examples, and H(n − 1) + 1 = {T} with n = {context}: "

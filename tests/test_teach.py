@@ -514,3 +514,13 @@ def test_markdown_names_figure_files_that_do_not_fit_the_figures(files):
     with pytest.raises(InputError, match=f"figure_files: expected (a list of )?{len(walk.figures)} paths"):
         walk.markdown(files)
     assert walk.markdown(walk.figure_names()).count("](teach-figure-") == len(walk.figures)
+
+
+def test_a_numpy_seed_at_its_types_largest_value_is_the_seed_given(recwarn):
+    # A hostile review: the pre-layer walkthrough redraws with seed + attempt, which overflowed
+    # in an int64 seed: it was refused as "seed must be an integer ≥ 0, got -9223372036854775808",
+    # a seed the caller never gave, after a RuntimeWarning.
+    seed = np.int64(2**63 - 1)
+    walk = teach(prelayer=True, seed=seed)
+    assert walk.text() == teach(prelayer=True, seed=int(seed)).text()
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
