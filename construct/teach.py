@@ -600,18 +600,25 @@ def tiny_dataset(heads: int = 3, context: int = 3, dim: int = 4, *, seed: int = 
     """A dataset at capacity ``H(n−1)+1`` for the walkthrough.
 
     ``rational``: entries are halves of small integers, so the inputs are exact rationals; draws
-    are repeated (seed, seed+1, …) until A2 and the queries' Kruskal rank ≥ n hold exactly.
+    are repeated (seed, seed+1, …) until A2 holds and the queries' Kruskal rank is ≥ n, exactly;
+    where it has too many subsets to compute (``kruskal_rank`` is None), until the queries meet
+    the condition the build checks instead (:func:`partition.violations`), as
+    :func:`repeated_queries` does.
     """
     shared, rational, seed = flag(shared, "shared"), flag(rational, "rational"), integer(seed, "seed", 0)
     T = capacity(heads, context, context)
     if not rational:
         return synthetic("shared" if shared else "independent", T=T, n=context, d=dim, seed=seed)
+    from .partition import violations
     for attempt in range(100):
         rng = np.random.default_rng(seed + attempt)
         E = rng.integers(-4, 5, (1 if shared else T, context, dim)) / 2
         E = np.broadcast_to(E, (T, context, dim)).copy()
         X = rng.integers(-4, 5, (T, dim)) / 2
-        if a2_violations(E).size == 0 and (kruskal_rank(X) or 0) >= min(context, T):
+        if a2_violations(E).size:
+            continue
+        r = kruskal_rank(X)
+        if r >= min(context, T) if r is not None else not violations(X, context):
             return as_dataset(E, X, rng.integers(0, 9, T) / 4)
     raise InputError(["no rational dataset with full-rank contexts and independent queries found in "
                       "100 draws; change the seed or the sizes"], what="teach")

@@ -524,3 +524,11 @@ def test_a_numpy_seed_at_its_types_largest_value_is_the_seed_given(recwarn):
     walk = teach(prelayer=True, seed=seed)
     assert walk.text() == teach(prelayer=True, seed=int(seed)).text()
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+def test_rational_inputs_build_where_the_exact_kruskal_rank_is_too_costly():
+    # A hostile review: past 20,000 subsets kruskal_rank is None, which the rational draw read as
+    # rank 0: every one of its 100 draws was refused (27 s) and teach said "no rational dataset with
+    # full-rank contexts and independent queries found", at sizes inside teach's limits.
+    walk = teach(rational=True, heads=6, context=6, dim=8)
+    assert walk.result.verification.passed and walk.result.data.T == 31
