@@ -307,6 +307,8 @@ def evaluate(path: str | os.PathLike, fmt: str, E, X) -> np.ndarray:
         from .model import forward_unchecked
         w, arrays = _read_safetensors(path)
         E, X = _fitting_inputs(path, E, X, w.d)
+        if E.shape[0] == 0:                      # as forward: the pass itself cannot shape no rows
+            return np.zeros((0, w.d_o))
         dtype = arrays["W_K"].dtype
         native = Weights(**arrays, skip=w.skip, prelayer=w.prelayer)
         return forward_unchecked(E.astype(dtype), X.astype(dtype), native).astype(np.float64)

@@ -85,7 +85,7 @@ class MemorizingAttention(nn.Module):
         k = torch.einsum("bnd,hdk->bhnk", E, self.W_K)                        # (B, H, n, d_h)
         v = torch.einsum("bnd,hdv->bhnv", E, self.W_V)                        # (B, H, n, d_v)
         heads = F.scaled_dot_product_attention(q, k, v, scale=1.0)[:, :, 0, :]  # (B, H, d_v)
-        o = heads.reshape(heads.shape[0], -1) @ self.W_O                      # (B, d)
+        o = heads.flatten(1) @ self.W_O                                       # (B, d); B = 0 too
         if bool(self.skip):
             o = o + x
         out = o @ self.W_D

@@ -51,6 +51,17 @@ def test_evaluate_refuses_data_that_does_not_fit_the_file_by_name(small, fmt, tm
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
+def test_evaluate_on_no_examples_gives_no_outputs_in_every_format(small, fmt, tmp_path):
+    # A hostile review: T = 0 gave (0, d_o) in ONNX, as forward does, but PyTorch's RuntimeError
+    # "cannot reshape tensor of 0 elements into shape [0, -1]" for a torch file and NumPy's
+    # ValueError "cannot reshape array of size 0" for a safetensors one.
+    weights, data = small
+    path = _write(tmp_path, f"m.{fmt}", export_bytes(weights, fmt))
+    f = evaluate(path, fmt, data.E[:0], data.X[:0])
+    assert f.shape == (0, weights.d_o) and f.dtype == np.float64
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_evaluate_refuses_a_file_that_is_not_its_format_by_name(small, fmt, tmp_path):
     # A hostile trial: random bytes named model.onnx gave onnxruntime's InvalidProtobuf, a
     # truncated torch file PyTorch's "failed finding central directory", a safetensors one
