@@ -394,6 +394,13 @@ def _cmd_capacity(args) -> int:
              for i, v in enumerate(given) if v in given[:i]]
     if twice:
         raise InputError(twice, what="invalid arguments")
+    # The swept quantity's own option would be ignored (--values gives it): refused, not dropped.
+    option, given = {"H": ("--heads", args.heads), "n": ("--context", args.context),
+                     "d_h": ("--head-dim", args.head_dim)}[args.vary]
+    if given is not None:
+        raise InputError(f"{option} {given} cannot be given with --vary {args.vary}: --values gives {args.vary}",
+                         what="invalid arguments")
+    heads, context = (4 if args.heads is None else args.heads), (32 if args.context is None else args.context)
     # Every file the command will write, as it will name them: with several kinds, a plot per kind.
     plots = [(path, kind, path if len(args.kind) == 1 else path.with_name(f"{path.stem}-{kind}{path.suffix}"))
              for path in args.plot or [] for kind in args.kind]
@@ -410,8 +417,8 @@ def _cmd_capacity(args) -> int:
         raise InputError(f"--plot {', '.join(odd)}: a plot is written as .svg or .png", what="invalid option")
     if args.plot and importlib.util.find_spec("matplotlib") is None:     # before the sweep, not after
         raise InputError("plots need matplotlib: pip install 'mha-construct[plot]'", what="missing library")
-    if args.vary != "n" and args.context > args.dim:       # the sweep's own message names n and d
-        raise InputError(f"--context {args.context} exceeds --dim {args.dim}: contexts of n tokens in d "
+    if args.vary != "n" and context > args.dim:            # the sweep's own message names n and d
+        raise InputError(f"--context {context} exceeds --dim {args.dim}: contexts of n tokens in d "
                          "dimensions need n ≤ d (A2)", what="invalid option")
 
     header = [f"{'kind':<12} {'H':>4} {'n':>4} {'d':>4} {'d_h':>4} {'bound':>6} {'certified':>9} {'generic rank':>14} "
@@ -425,7 +432,7 @@ def _cmd_capacity(args) -> int:
 
     rows = []
     for kind in args.kind:
-        rows += sweep(args.vary, args.values, kind=kind, H=args.heads, n=args.context, d=args.dim,
+        rows += sweep(args.vary, args.values, kind=kind, H=heads, n=context, d=args.dim,
                       d_h=args.head_dim, seed=args.seed, progress=show)
     # Every output as one set: none is written unless all can be.
     files = [*([(args.csv, to_csv(rows).encode())] if args.csv else []),
@@ -622,8 +629,8 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--values", type=_positive, nargs="+", required=True, help="its values, one point each")
     k.add_argument("--kind", choices=("independent", "shared"), nargs="+", default=["independent"],
                    help="context kinds: a fresh context per example, or one for all (default independent)")
-    k.add_argument("--heads", type=_positive, default=4, help="H when not varied (default 4)")
-    k.add_argument("--context", type=_positive, default=32, help="n when not varied (default 32)")
+    k.add_argument("--heads", type=_positive, help="H when not varied (default 4)")
+    k.add_argument("--context", type=_positive, help="n when not varied (default 32)")
     k.add_argument("--dim", type=_positive, default=64, help="d (default 64)")
     k.add_argument("--head-dim", type=_positive, help="d_h when not varied (default n)")
     k.add_argument("--seed", type=_seed, default=0, help="seed of the data and the construction (default 0)")

@@ -224,3 +224,14 @@ def test_a_numpy_seed_at_its_types_largest_value_is_the_seed_given(seed, recwarn
     rows = sweep("H", [1], n=3, d=4, seed=seed)
     assert rows == [{**sweep("H", [1], n=3, d=4, seed=int(seed))[0], "seconds": rows[0]["seconds"]}]
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+@pytest.mark.parametrize("vary, flag", [("H", "--heads"), ("n", "--context"), ("d_h", "--head-dim")])
+def test_the_option_of_the_swept_quantity_is_refused_not_ignored(vary, flag, capsys, monkeypatch):
+    # A hostile review: `--vary H --values 1 2 --heads 8` ran H = 1 and 2 without a word about
+    # --heads 8 (it sets H only when H is not varied); options are refused, never ignored.
+    import construct.sweeps as sweeps
+    monkeypatch.setattr(sweeps, "point", lambda *a, **k: pytest.fail("a point ran"))
+    assert main(["capacity", "--vary", vary, "--values", "2", "3", flag, "3", "--dim", "8"]) == 2
+    err = capsys.readouterr().err
+    assert f"{flag} 3" in err and f"--vary {vary}" in err and "Traceback" not in err
