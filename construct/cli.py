@@ -332,6 +332,9 @@ def _cmd_teach(args) -> int:
     from .io import check_file_target, write_atomic_many
     from .teach import teach
 
+    if args.context > args.dim:                # the build's own message names the array E, not the options
+        raise InputError(f"--context {args.context} exceeds --dim {args.dim}: context size n = {args.context} "
+                         f"exceeds token dimension d = {args.dim}; A2 needs n ≤ d", what="invalid option")
     out = None if args.out is None else Path(args.out)
     name = {"html": "teach.html", "markdown": "teach.md", "text": "teach.txt"}[args.format]
     if out is not None:

@@ -532,3 +532,13 @@ def test_rational_inputs_build_where_the_exact_kruskal_rank_is_too_costly():
     # full-rank contexts and independent queries found", at sizes inside teach's limits.
     walk = teach(rational=True, heads=6, context=6, dim=8)
     assert walk.result.verification.passed and walk.result.data.T == 31
+
+
+def test_a_context_wider_than_the_tokens_names_the_options(tmp_path, capsys):
+    # A hostile review: `teach --context 5 --dim 4` was refused as "the dataset does not meet
+    # Theorem 1's hypotheses: E: context size n = 5 exceeds ...", naming an array the user never
+    # gave and neither option (capacity names them: test_sweeps).
+    assert main(["teach", "--context", "5", "--dim", "4", "--out", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err
+    assert "--context 5" in err and "--dim 4" in err and "E:" not in err
+    assert not (tmp_path / "t").exists()
