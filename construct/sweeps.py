@@ -103,15 +103,33 @@ def sweep(vary: str, values, *, kind: str = "independent", H: int = 4, n: int = 
 
 
 def to_csv(rows: list[dict]) -> str:
+    """:func:`sweep`'s rows as CSV, one column per field of :data:`FIELDS`."""
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=FIELDS, lineterminator="\n")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows(_table(rows))
     return out.getvalue()
 
 
 def to_json(rows: list[dict]) -> str:
-    return json.dumps(rows, indent=2)
+    """:func:`sweep`'s rows as a JSON list of objects with the fields of :data:`FIELDS`."""
+    return json.dumps(_table(rows), indent=2)
+
+
+def _table(rows) -> list[dict]:
+    """``rows`` as :func:`sweep` makes them: the fields of :data:`FIELDS` only, NumPy numbers as
+    Python's (json cannot write them, and csv refuses a key it has no column for).
+
+    Raises:
+        InputError: ``rows`` is not a sequence of dicts each holding every field.
+    """
+    if isinstance(rows, (str, bytes, dict)) or not isinstance(rows, Iterable):
+        raise InputError(f"rows: expected a list of sweep rows, got {type(rows).__name__}", what="invalid rows")
+    rows = list(rows)
+    if not all(isinstance(r, dict) and set(FIELDS) <= set(r) for r in rows):
+        raise InputError(f"rows: each row must be a dict with {', '.join(FIELDS)} (construct.sweeps.sweep)",
+                         what="invalid rows")
+    return [{k: r[k].item() if isinstance(r[k], np.generic) else r[k] for k in FIELDS} for r in rows]
 
 
 # The files plot writes, by suffix.
@@ -155,14 +173,9 @@ def _one_sweep(rows, vary: str) -> None:
     :func:`sweep`'s, several context kinds, or a parameter besides ``vary`` that varies."""
     if vary not in VARIES:
         raise InputError(f"vary must be one of {', '.join(VARIES)}, got {vary!r}", what="invalid option")
-    if isinstance(rows, (str, bytes, dict)) or not isinstance(rows, Iterable):
-        raise InputError(f"rows: expected a list of sweep rows, got {type(rows).__name__}", what="invalid rows")
-    rows = list(rows)
+    rows = _table(rows)
     if not rows:
         raise InputError("rows: no rows to draw", what="invalid rows")
-    if not all(isinstance(r, dict) and set(FIELDS) <= set(r) for r in rows):
-        raise InputError(f"rows: each row must be a dict with {', '.join(FIELDS)} (construct.sweeps.sweep)",
-                         what="invalid rows")
     kinds = sorted({str(r["kind"]) for r in rows})
     if len(kinds) > 1:
         raise InputError(f"rows: {' and '.join(kinds)} kinds in one figure; draw each kind's rows apart",

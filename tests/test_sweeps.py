@@ -235,3 +235,22 @@ def test_the_option_of_the_swept_quantity_is_refused_not_ignored(vary, flag, cap
     assert main(["capacity", "--vary", vary, "--values", "2", "3", flag, "3", "--dim", "8"]) == 2
     err = capsys.readouterr().err
     assert f"{flag} 3" in err and f"--vary {vary}" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("bad, says", [("H", "expected a list of sweep rows, got str"),
+                                       (None, "expected a list of sweep rows, got NoneType"),
+                                       ([1, 2], "each row must be a dict with kind, H"),
+                                       ([{"kind": "shared"}], "each row must be a dict with kind, H")])
+def test_tables_refuse_what_is_not_sweep_rows_by_name(bad, says):
+    # A hostile review: to_csv("H") raised AttributeError, to_csv([1, 2]) AttributeError,
+    # to_csv(None) TypeError, while to_json wrote "H", [1, 2] and null as if they were tables.
+    for table in (to_csv, to_json):
+        with pytest.raises(InputError, match=says):
+            table(bad)
+
+
+def test_tables_write_the_fields_of_rows_with_numpy_numbers(rows):
+    # A hostile review: a row with a NumPy integer (rows read back or computed by hand) gave
+    # json's TypeError "Object of type int64 is not JSON serializable"; an extra key csv's ValueError.
+    mixed = [{**r, "H": np.int64(r["H"]), "seconds": np.float64(r["seconds"]), "note": "x"} for r in rows]
+    assert json.loads(to_json(mixed)) == rows and to_csv(mixed) == to_csv(rows)
