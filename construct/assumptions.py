@@ -35,16 +35,7 @@ def kruskal_rank(V: np.ndarray, budget: int = EXACT_BUDGET) -> int | None:
 
     Every subset's rank is decided with :func:`construct.arith.rank_tol`.
     """
-    problems: list[str] = []
-    V = real_array("V", V, problems)
-    if V is not None and V.ndim != 2:
-        problems.append(f"V: expected the vectors as rows of a matrix (m, d), got shape {V.shape}")
-    elif V is not None:
-        V = as_float64("V", V, problems)
-        if V is not None and not np.isfinite(V).all():
-            problems.append("V: non-finite values (NaN or inf)")
-    if problems:
-        raise InputError(problems, what="invalid arrays")
+    V = _vectors(V)
     budget = integer(budget, "budget", 0)
     m = V.shape[0]
     top = min(m, V.shape[1])
@@ -59,9 +50,27 @@ def kruskal_rank(V: np.ndarray, budget: int = EXACT_BUDGET) -> int | None:
     return top
 
 
+def _vectors(V) -> np.ndarray:
+    """``V`` as a finite float64 matrix whose rows are the vectors, or an :class:`InputError`
+    naming it (a list, a vector, an inf would otherwise fail inside NumPy or LAPACK)."""
+    problems: list[str] = []
+    V = real_array("V", V, problems)
+    if V is not None and V.ndim != 2:
+        problems.append(f"V: expected the vectors as rows of a matrix (m, d), got shape {V.shape}")
+    elif V is not None:
+        V = as_float64("V", V, problems)
+        if V is not None and not np.isfinite(V).all():
+            problems.append("V: non-finite values (NaN or inf)")
+    if problems:
+        raise InputError(problems, what="invalid arrays")
+    return V
+
+
 def sampled_independence(V: np.ndarray, size: int, trials: int = SAMPLED_TRIALS,
                          seed: int = 0) -> float:
     """Fraction of ``trials`` random ``size``-subsets of the rows of ``V`` that are linearly independent."""
+    V, size = _vectors(V), integer(size, "size", 0)
+    trials, seed = integer(trials, "trials"), integer(seed, "seed", 0)
     m = V.shape[0]
     if size > min(m, V.shape[1]):
         return 0.0
@@ -143,6 +152,7 @@ class KruskalCheck:
 def kruskal_check(V: np.ndarray, required: int, vectors: str, trials: int = SAMPLED_TRIALS, seed: int = 0,
                   budget: int = EXACT_BUDGET) -> KruskalCheck:
     """Whether the rows of ``V`` have Kruskal rank ≥ ``required``: exact when the budget allows, else sampled."""
+    V, required = _vectors(V), integer(required, "required", 0)
     frac = sampled_independence(V, required, trials, seed)
     exact = kruskal_rank(V, budget)
     sampled_holds = frac >= SAMPLED_THRESHOLD

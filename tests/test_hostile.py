@@ -561,6 +561,26 @@ def test_the_python_entry_points_name_a_wrong_argument(small):
             call()
 
 
+def test_the_kruskal_checks_name_a_wrong_argument(capfd):
+    # A hostile review: kruskal_check and sampled_independence, public beside kruskal_rank, raised
+    # AttributeError on a list, TypeError on required=1.5, ValueError ("need at least one array to
+    # stack") on trials=0, and on an inf printed LAPACK's "DLASCL ... illegal value" lines first.
+    from construct.assumptions import kruskal_check, sampled_independence
+    cases = [(lambda: kruskal_check([[1.0, 2.0], [3.0, 4.0]], 2, "x").exact_rank == 2, None),
+             (lambda: sampled_independence([[1.0, 2.0], [3.0, 4.0]], 2, trials=10), None),
+             (lambda: kruskal_check(np.eye(3), 1.5, "x"), "required must be an integer"),
+             (lambda: kruskal_check(np.eye(3), 2, "x", trials=0), "trials must be an integer ≥ 1"),
+             (lambda: sampled_independence(np.eye(3), 2, seed=-1), "seed must be an integer ≥ 0"),
+             (lambda: kruskal_check(np.array([[np.inf, 1.0], [1.0, 2.0]]), 1, "x"), "V: non-finite")]
+    for call, needle in cases:
+        if needle is None:
+            assert call()
+            continue
+        with pytest.raises(InputError, match=needle):
+            call()
+    assert "DLASCL" not in capfd.readouterr().err
+
+
 def test_a_small_integer_file_is_sized_as_the_float64_arrays_it_becomes(tmp_path, monkeypatch):
     # A hostile trial: an int8 .npz of 3.9 GB passed the size check and needed 31 GB once
     # converted to float64: "out of memory" at the end instead of a refusal with the estimate.
