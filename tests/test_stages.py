@@ -8,7 +8,6 @@ import pytest
 from hypothesis import example, given, settings, strategies as st
 
 from construct.assumptions import a2_violations
-from construct.arith import lapack
 from construct.arith.lapack import kato_temple_lower, rayleigh_bounds, row_factor
 from construct.enclose import gamma
 from construct.model import head_logits, softmax
@@ -35,18 +34,8 @@ def test_explicit_scale_meets_its_condition(seed):
         assert args["C_norm"] * np.sqrt(ell_inf.size) * args["rho"] * lemma4 > 0.5 * sigma
 
 
-@given(seeds, st.lists(st.integers(1, 5), min_size=1, max_size=6), st.booleans(), st.booleans(), st.booleans())
-def test_incremental_factor_matches_direct_projection(seed, sizes, ill, parallel, blocked_solves):
-    """``blocked_solves``: the triangular solves by blocks of 3 rows from every order on (at
-    scale they are from 1024 rows on)."""
-    with pytest.MonkeyPatch.context() as mp:
-        if blocked_solves:
-            mp.setattr(lapack, "BLOCKED_SOLVE_MIN", 1)
-            mp.setattr(lapack, "_SOLVE_BLOCK", 3)
-        _incremental_factor_matches_direct_projection(seed, sizes, ill, parallel)
-
-
-def _incremental_factor_matches_direct_projection(seed, sizes, ill, parallel):
+@given(seeds, st.lists(st.integers(1, 5), min_size=1, max_size=6), st.booleans(), st.booleans())
+def test_incremental_factor_matches_direct_projection(seed, sizes, ill, parallel):
     rng = np.random.default_rng(seed)
     T, F = sum(sizes), 6 * len(sizes) + 6
     Z = rng.standard_normal((T, F))
@@ -71,42 +60,6 @@ def _incremental_factor_matches_direct_projection(seed, sizes, ill, parallel):
     G = Z @ Z.T
     assert np.allclose(factor.R.T @ factor.R, G, atol=1e-10 * np.abs(G).max())
 
-
-
-@given(seeds, st.integers(1, 40), st.integers(1, 7), st.integers(1, 9), st.sampled_from("NT"), st.booleans(),
-       st.floats(0, 8))
-def test_blocked_triangular_solve_has_substitutions_backward_error(seed, m, k, block, trans, c_order, decades):
-    """Substitution by blocks solves a nearby system, as substitution does: ``(R + ΔR) x = b``
-    with ``|ΔR| ≤ γ_m |R|`` for each column, so ``|b − R x| ≤ γ_m |R||x|``; computing that
-    residual adds at most ``γ_{m+1} (|b| + |R||x|)``. Ill-conditioned factors too (the
-    diagonal over ``decades``), with two threads or one, giving the same bits."""
-    rng = np.random.default_rng(seed)
-    R = np.triu(rng.standard_normal((m, m))) + np.diag(np.logspace(0, -decades, m))
-    R = np.asfortranarray(R)
-    B = rng.standard_normal((m, k))
-    B = np.ascontiguousarray(B) if c_order else np.asfortranarray(B)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(lapack, "BLOCKED_SOLVE_MIN", 1)
-        mp.setattr(lapack, "_SOLVE_BLOCK", block)
-        X = lapack.tri_solve_blocked(R, B, trans, parallel=True)
-        assert np.array_equal(X, lapack.tri_solve_blocked(R, B, trans, parallel=False))
-    A = R.T if trans == "T" else R
-    residual = np.abs(B - A @ X)
-    assert np.all(residual <= 2 * gamma(m + 1) * (np.abs(B) + np.abs(A) @ np.abs(X)))
-
-
-def test_blocked_triangular_solve_is_the_solve_above_its_threshold():
-    """At the order where the factor takes it (and across the last, shorter block), the blocked
-    solve agrees with LAPACK's to rounding, and the same bits on one thread or two."""
-    rng = np.random.default_rng(3)
-    m = lapack.BLOCKED_SOLVE_MIN + lapack._SOLVE_BLOCK // 2 + 1
-    R = np.asfortranarray(np.triu(rng.standard_normal((m, m))) / np.sqrt(m) + 4 * np.eye(m))
-    B = rng.standard_normal((m, 31))
-    for trans in "NT":
-        X = lapack.tri_solve_blocked(R, B, trans, parallel=True)
-        assert np.array_equal(X, lapack.tri_solve_blocked(R, B, trans, parallel=False))
-        expected = lapack.tri_solve(R, B, trans)
-        assert np.abs(X - expected).max() <= 1e-13 * np.abs(expected).max()
 
 
 @given(seeds, st.integers(2, 5), st.lists(st.integers(1, 4), min_size=1, max_size=6), st.floats(0, 6),

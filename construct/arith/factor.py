@@ -32,7 +32,7 @@ import scipy.linalg as sla
 from scipy.linalg import lapack
 
 from ..errors import ConstructionError
-from .lapack import EPS, qr_r, tri_solve_blocked
+from .lapack import EPS, qr_r, tri_solve
 from .threads import halves, together
 
 # Take the one-pass (semi-normal) projection only while its relative error stays below this.
@@ -106,8 +106,8 @@ class RowSpaceFactor:
         group's coordinates and residual factor."""
         m = V.shape[0]
         rhs[:, m] = self._probe()
-        W = tri_solve_blocked(self.R, rhs, "T", self.parallel)
-        C = tri_solve_blocked(self.R, W, "N", self.parallel)
+        W = tri_solve(self.R, rhs, trans="T")
+        C = tri_solve(self.R, W)
         W, C, y = W[:, :m], C[:, :m].T, C[:, m]
         # y = (R^T R)^{-1} x for a unit x, so ‖y‖ ≤ ‖R^{-1}‖² (an estimate from below, close
         # once the iteration has settled; as LAPACK's condition estimates are), and ‖R‖_F ≥ ‖R‖_2.
@@ -124,8 +124,8 @@ class RowSpaceFactor:
         else:
             ZR = np.empty((self.a, m))
             self._fitted_times((V - self._times_fitted(C)).T, ZR)
-            dW = tri_solve_blocked(self.R, ZR, "T", self.parallel)    # the correction: R δC^T
-            C += tri_solve_blocked(self.R, dW, "N", self.parallel).T
+            dW = tri_solve(self.R, ZR, trans="T")    # the correction in coordinates: R δC^T
+            C += tri_solve(self.R, dW).T
             W = W + dW                               # = R C^T, without a product with R
             residual = V - self._times_fitted(C)
             Rres = qr_r(residual.T)

@@ -9,7 +9,7 @@ import scipy.linalg as sla
 import scipy.sparse.linalg as spla
 
 from ..enclose import gamma
-from .threads import halves, outside_threads, scipy_threads
+from .threads import outside_threads, scipy_threads
 
 EPS = float(np.finfo(np.float64).eps)
 
@@ -47,47 +47,6 @@ def tri_solve(R: np.ndarray, rhs: np.ndarray, trans: str = "N") -> np.ndarray:
     the door). Keep ``R`` in Fortran order to avoid a copy per call.
     """
     return sla.solve_triangular(R, rhs, trans=trans, check_finite=False)
-
-
-# Triangular factors of at least this order are solved by blocks of _SOLVE_BLOCK rows in
-# tri_solve_blocked.
-BLOCKED_SOLVE_MIN = 1024
-_SOLVE_BLOCK = 512
-
-
-def tri_solve_blocked(R: np.ndarray, rhs: np.ndarray, trans: str = "N", parallel: bool = False) -> np.ndarray:
-    """:func:`tri_solve` on two cores: by blocks of :data:`_SOLVE_BLOCK` rows, each block's own triangle
-    by LAPACK, the update of the rows still to solve by products split in two halves
-    (:func:`halves`, on two threads with ``parallel``). Below :data:`BLOCKED_SOLVE_MIN` rows,
-    :func:`tri_solve` itself.
-
-    OpenBLAS runs its triangular solves on one thread here (the construction holds BLAS to one)
-    and ran two of them, called from two threads at once, one after the other (two halves of 32
-    right-hand sides at T = 4,000: 24 ms against 11 ms for one), while products run side by
-    side. Substitution by blocks has the error bound of substitution (each entry is the same
-    sum, in another order); the split does not depend on ``parallel``, so neither do the bits.
-    """
-    m, block = R.shape[0], _SOLVE_BLOCK
-    if m < BLOCKED_SOLVE_MIN or rhs.ndim != 2:
-        return tri_solve(R, rhs, trans)
-    X = np.array(rhs, order="F")
-    if trans == "T":                                # R^T X = B: forward, the rows below updated
-        order, rest = range(0, m, block), lambda lo, hi: (hi, m)
-    else:                                           # R X = B: backward, the rows above
-        order, rest = reversed(range(0, m, block)), lambda lo, hi: (0, lo)
-    for lo in order:
-        hi = min(lo + block, m)
-        X[lo:hi] = tri_solve(R[lo:hi, lo:hi], X[lo:hi], trans)
-        a, b = rest(lo, hi)
-        if a == b:
-            continue
-        done = X[lo:hi]
-        panel = R[lo:hi, a:b].T if trans == "T" else R[a:b, lo:hi]
-
-        def update(i: int, j: int) -> None:
-            X[a + i:a + j] -= panel[i:j] @ done
-        halves(update, b - a, parallel)
-    return X
 
 
 def gram_solve(R: np.ndarray, rhs: np.ndarray) -> np.ndarray:
