@@ -15,11 +15,17 @@ class ConstructError(Exception):
     """Base class of every error the engine raises on purpose."""
 
 
+# An error's message names at most this many problems and counts the rest (a file of 100,000
+# stray members would otherwise answer with 100,000 lines); ``problems`` keeps them all.
+LISTED = 20
+
+
 class InputError(ConstructError, ValueError):
-    """Bad input: every problem found is listed, each naming the array and the examples.
+    """Bad input: every problem found is listed (the message shows the first :data:`LISTED`),
+    each naming the array and the examples.
 
     Attributes:
-        problems: one human-readable line per problem.
+        problems: one human-readable line per problem, all of them.
         what: what kind of input is at fault (the message's head: "invalid option", …).
     """
 
@@ -31,7 +37,10 @@ class InputError(ConstructError, ValueError):
         if len(self.problems) == 1:                  # one problem: one line
             super().__init__(f"{what}: {self.problems[0]}")
             return
-        lines = "\n".join(f"  - {p}" for p in self.problems)
+        shown = self.problems[:LISTED]
+        lines = "\n".join(f"  - {p}" for p in shown)
+        if len(self.problems) > LISTED:
+            lines += f"\n  - … and {len(self.problems) - LISTED} more"
         head = f"{what} ({len(self.problems)} problems)" if counted else what
         super().__init__(f"{head}:\n{lines}")
 

@@ -419,6 +419,24 @@ def test_unexpected_members_are_refused_before_any_is_read(tmp_path, small):
         load_dataset(path)
 
 
+def test_a_file_of_many_stray_members_gets_a_message_of_a_few_lines(tmp_path, small, capsys):
+    # A hostile review: every unexpected member was named, so a zip of 100,000 stray members
+    # answered with 100,000 lines. The message names the first ones and counts the rest; the
+    # exception keeps every problem for a caller that wants them.
+    path = tmp_path / "crowd.npz"
+    with zipfile.ZipFile(path, "w") as zf:
+        for i in range(1000):
+            zf.writestr(f"stray{i}.npy", b"")
+    with pytest.raises(InputError) as info:
+        load_dataset(path)
+    assert len(info.value.problems) == 1000
+    message = str(info.value)
+    assert "(1000 problems)" in message and "'stray0.npy'" in message and "and 980 more" in message
+    assert message.count("\n") <= 25 and "'stray999.npy'" not in message
+    code, _, err = run(["verify", path, path], capsys)
+    assert code == 2 and err.count("\n") <= 30 and "and 980 more" in err
+
+
 def test_a_header_that_lies_about_its_size_is_refused(tmp_path, small):
     path = tmp_path / "liar.npz"
     with zipfile.ZipFile(path, "w") as zf:
