@@ -391,7 +391,7 @@ def _cmd_capacity(args) -> int:
     import importlib.util
 
     from .io import check_file_target, write_atomic_many
-    from .sweeps import PLOT_SUFFIXES, plot_bytes, sweep, to_csv, to_json
+    from .sweeps import PLOT_SUFFIXES, SWEPT_AT, plot_bytes, sweep, to_csv, to_json
 
     twice = [f"--{flag} {v} is given twice" for flag, given in (("kind", args.kind), ("values", args.values))
              for i, v in enumerate(given) if v in given[:i]]
@@ -403,7 +403,9 @@ def _cmd_capacity(args) -> int:
     if given is not None:
         raise InputError(f"{option} {given} cannot be given with --vary {args.vary}: --values gives {args.vary}",
                          what="invalid arguments")
-    heads, context = (4 if args.heads is None else args.heads), (32 if args.context is None else args.context)
+    heads = SWEPT_AT["H"] if args.heads is None else args.heads
+    context = SWEPT_AT["n"] if args.context is None else args.context
+    dim = SWEPT_AT["d"] if args.dim is None else args.dim
     # Every file the command will write, as it will name them: with several kinds, a plot per kind.
     plots = [(path, kind, path if len(args.kind) == 1 else path.with_name(f"{path.stem}-{kind}{path.suffix}"))
              for path in args.plot or [] for kind in args.kind]
@@ -420,8 +422,8 @@ def _cmd_capacity(args) -> int:
         raise InputError(f"--plot {', '.join(odd)}: a plot is written as .svg or .png", what="invalid option")
     if args.plot and importlib.util.find_spec("matplotlib") is None:     # before the sweep, not after
         raise InputError("plots need matplotlib: pip install 'mha-construct[plot]'", what="missing library")
-    if args.vary != "n" and context > args.dim:            # the sweep's own message names n and d
-        raise InputError(f"--context {context} exceeds --dim {args.dim}: contexts of n tokens in d "
+    if args.vary != "n" and context > dim:            # the sweep's own message names n and d
+        raise InputError(f"--context {context} exceeds --dim {dim}: contexts of n tokens in d "
                          "dimensions need n ≤ d (A2)", what="invalid option")
 
     header = [f"{'kind':<12} {'H':>4} {'n':>4} {'d':>4} {'d_h':>4} {'bound':>6} {'certified':>9} {'generic rank':>14} "
@@ -435,7 +437,7 @@ def _cmd_capacity(args) -> int:
 
     rows = []
     for kind in args.kind:
-        rows += sweep(args.vary, args.values, kind=kind, H=heads, n=context, d=args.dim,
+        rows += sweep(args.vary, args.values, kind=kind, H=heads, n=context, d=dim,
                       d_h=args.head_dim, seed=args.seed, progress=show)
     # Every output as one set: none is written unless all can be.
     files = [*([(args.csv, to_csv(rows).encode())] if args.csv else []),
@@ -634,7 +636,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="context kinds: a fresh context per example, or one for all (default independent)")
     k.add_argument("--heads", type=_positive, help="H when not varied (default 4)")
     k.add_argument("--context", type=_positive, help="n when not varied (default 32)")
-    k.add_argument("--dim", type=_positive, default=64, help="d (default 64)")
+    k.add_argument("--dim", type=_positive, help="d (default 64)")
     k.add_argument("--head-dim", type=_positive, help="d_h when not varied (default n)")
     k.add_argument("--seed", type=_seed, default=0, help="seed of the data and the construction (default 0)")
     k.add_argument("--csv", type=_file, help="write the table as CSV")

@@ -36,6 +36,8 @@ from .model import Weights, capacity as bound_of, feature_matrix
 from .validate import memory_estimate
 
 VARIES = ("H", "n", "d_h")
+# What is held fixed when not swept (the paper's Figure 2 axes: n = 32, d = 64), for the API and the CLI.
+SWEPT_AT = {"H": 4, "n": 32, "d": 64}
 FIELDS = ("kind", "H", "n", "d", "d_h", "bound", "certified", "generic_T", "generic_rank", "seconds")
 
 
@@ -67,7 +69,7 @@ def point(kind: str, H: int, n: int, d: int, d_h: int, seed: int = 0) -> dict:
 
 
 @numpy_error_defaults
-def sweep(vary: str, values, *, kind: str = "independent", H: int = 4, n: int = 32, d: int = 64,
+def sweep(vary: str, values, *, kind: str = "independent", H: int = SWEPT_AT["H"], n: int = SWEPT_AT["n"], d: int = SWEPT_AT["d"],
           d_h: int | None = None, seed: int = 0, progress=None) -> list[dict]:
     """Points with ``vary`` (``"H"``, ``"n"`` or ``"d_h"``) taking each of ``values``, the
     others fixed (``d_h`` defaults to ``n``)."""

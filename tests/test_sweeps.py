@@ -3,6 +3,7 @@
 import csv
 import io
 import json
+import re
 
 import numpy as np
 import pytest
@@ -254,3 +255,21 @@ def test_tables_write_the_fields_of_rows_with_numpy_numbers(rows):
     # json's TypeError "Object of type int64 is not JSON serializable"; an extra key csv's ValueError.
     mixed = [{**r, "H": np.int64(r["H"]), "seconds": np.float64(r["seconds"]), "note": "x"} for r in rows]
     assert json.loads(to_json(mixed)) == rows and to_csv(mixed) == to_csv(rows)
+
+
+def test_the_commands_defaults_are_the_sweeps(capsys, monkeypatch):
+    """``capacity`` without --heads or --context runs the sweep where the API's sweep runs by
+    default, and its help states those values."""
+    import inspect
+
+    import construct.sweeps
+    defaults = {k: p.default for k, p in inspect.signature(sweep).parameters.items()}
+    seen = {}
+    monkeypatch.setattr(construct.sweeps, "sweep", lambda vary, values, **options: seen.update(options) or [])
+    assert main(["capacity", "--vary", "d_h", "--values", "2"]) == 0
+    assert (seen["H"], seen["n"], seen["d"]) == (defaults["H"], defaults["n"], defaults["d"])
+    with pytest.raises(SystemExit):
+        main(["capacity", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for option, name in (("--heads", "H"), ("--context", "n"), ("--dim", "d")):
+        assert re.search(rf"{option} \S+ .*?\(default {defaults[name]}\)", text), option
