@@ -57,7 +57,8 @@ def _conclusion(E_S, X_S, s, E_A, X_A, K, Q, a, b, c, j_star=None) -> tuple[bool
     q = {"target_error": err, "target_tol": tol, "max_distance_over_bound":
          float(np.max(dist / np.maximum(bound, np.finfo(float).tiny))) if dist.size else 0.0,
          "rank_W": rank_W, "c": c, "distance": dist, "bound": bound, "j_star": sat.quantities["j_star"],
-         "examples_bound_below_2": int(np.sum(bound < 2)), "examples_saturated": int(np.sum((bound < 2) & attends)),
+         "attends_j_star": attends, "examples_bound_below_2": int(np.sum(bound < 2)),
+         "examples_saturated": int(np.sum((bound < 2) & attends)),
          "examples_other": int(len(X_A))}
     if tol >= 1:
         return None, q
