@@ -205,7 +205,10 @@ def _smallest_pair(R: np.ndarray) -> SmallestPair | None:
 
     ``error``: for the dense SVD, its backward error (``m·u·σ_max`` on each singular value); for
     Lanczos, Temple's ``‖R^T R v − ρ v‖²/(λ_2 − ρ)`` with ``λ_2`` the solver's less the run's
-    margin (infinite where that does not lie above ``ρ``).
+    margin (infinite where that does not lie above ``ρ``). It rests on the run having found
+    ``λ_2``: where ``λ_1`` and ``λ_2`` are too close for it to tell apart, the solver's second
+    value is ``λ_3``, the vector mixes the pair's, and ``value`` can lie up to ``λ_2 − λ_1``
+    above ``λ_1``, beyond ``error``.
     """
     m = R.shape[0]
     if m < 2:
