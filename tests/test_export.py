@@ -314,6 +314,22 @@ def test_the_torch_module_says_what_it_is_in_its_repr():
                                                         "mean_shift=False, dtype=torch.float64)")
 
 
+def test_a_float32_module_refuses_float64_inputs_with_the_error_the_docs_quote():
+    # Found in review: exports.md quoted PyTorch's "expected scalar type Float but found Double"
+    # for float64 inputs to a float32 module; the module raises the reverse message.
+    import re
+    from pathlib import Path
+    text = (Path(__file__).resolve().parent.parent / "docs" / "exports.md").read_text()
+    quoted = re.search(r'float64 ones raise\s+PyTorch\'s\s+"([^"]+)"', text)
+    assert quoted, "exports.md no longer quotes the error"
+    data = synthetic("independent", T=7, n=3, d=4, seed=0)
+    for skip, prelayer in ((False, "none"), (True, "mean-shift")):
+        module = to_torch(build(data, 3, skip=skip, prelayer=prelayer).weights, dtype=torch.float32)
+        with pytest.raises(RuntimeError) as raised:
+            module(torch.tensor(np.asarray(data.E)), torch.tensor(np.asarray(data.X)))
+        assert quoted.group(1) in str(raised.value), (quoted.group(1), str(raised.value))
+
+
 def test_the_torch_bridge_refuses_what_it_cannot_take_by_name():
     # A hostile trial: from_torch(nn.Linear(2, 2)) and from_torch(None) raised AttributeError,
     # load_state_dict(None) TypeError and load_state_dict([1, 2]) AttributeError, and
