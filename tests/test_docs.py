@@ -142,3 +142,15 @@ def test_the_paper_to_code_example_runs_as_written(tmp_path, capsys, monkeypatch
     proofs, result, data = namespace["proofs"], namespace["result"], namespace["data"]
     assert proofs.claim2.check_head(result, 2).confirmed
     assert proofs.prop2.check(data, result.weights).quantities["rank_Z"] == 7
+
+
+def test_formats_md_lists_the_reports_verification_fields(tmp_path):
+    # Found in review: report.json's verification began with a field T that the page did not list.
+    import json
+
+    import construct
+    construct.build(construct.synthetic("independent", T=7, n=3, d=4, seed=0), 3).save(tmp_path / "run")
+    fields = list(json.loads((tmp_path / "run" / "report.json").read_text())["verification"])
+    text = " ".join((ROOT / "docs" / "formats.md").read_text().split())
+    listed = re.search(r"plus `verification` \(([^)]*)\)", text)
+    assert listed and re.findall(r"`(\w+)`", listed.group(1)) == fields
