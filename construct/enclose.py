@@ -55,14 +55,19 @@ def up(bound: np.ndarray, k: int) -> np.ndarray:
 
 
 def exp_enclosure(lo_x: np.ndarray, hi_x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Bounds ``lo ≤ exp(x) ≤ hi`` for every exact ``x ∈ [lo_x, hi_x]`` (elementwise, ``x ≤ 700``)."""
+    """Bounds ``lo ≤ exp(x) ≤ hi`` for every exact ``x ∈ [lo_x, hi_x]`` (elementwise; beyond
+    700 the upper end is ``inf`` and the lower end that of 700)."""
     return _exp_bound(lo_x, -1), _exp_bound(hi_x, +1)
 
 
 def _exp_bound(x: np.ndarray, side: int) -> np.ndarray:
-    """A lower (``side = −1``) or upper (``+1``) bound on ``exp(x)`` for float64 ``x ≤ 700``."""
+    """A lower (``side = −1``) or upper (``+1``) bound on ``exp(x)`` for float64 ``x``: past 700
+    the upper bound is ``inf`` (and NaN's too) and the lower one ``exp(700)``'s, so that the range
+    reduction's integer ``k`` stays small (beyond about 6.4e18 it overflowed int64, and the upper
+    bound came out as ``TINY``)."""
     x = np.asarray(x, dtype=np.float64)
-    xc = np.maximum(x, -746.0)                   # below, exp(x) < 2^-1075: the answer is [0, TINY]
+    # below −746, exp(x) < 2^-1075: the answer is [0, TINY]; above 700, [exp(700), inf]
+    xc = np.clip(np.nan_to_num(x, nan=0.0), -746.0, 700.0)
     k = np.rint(xc * _INV_LN2)
     # x − k·LN2_HI is exact (Sterbenz when k ≠ 0); subtracting k·LN2_LO costs two roundings.
     r = (xc - k * LN2_HI) - k * LN2_LO
@@ -73,9 +78,9 @@ def _exp_bound(x: np.ndarray, side: int) -> np.ndarray:
     rel = _EXP_REL + 2 * r_err + 8 * U           # e^{r_err} ≤ 1 + 2 r_err for tiny r_err; final products
     if side < 0:
         out = np.ldexp(p * (1 - rel), k.astype(np.int64)) * (1 - 2 * U) - TINY
-        return np.where(x < -746.0, 0.0, np.maximum(out, 0.0))
+        return np.where(x < -746.0, 0.0, np.where(np.isnan(x), np.nan, np.maximum(out, 0.0)))
     out = np.ldexp(p * (1 + rel), k.astype(np.int64)) * (1 + 2 * U) + TINY
-    return np.where(x < -746.0, TINY, out)
+    return np.where(x < -746.0, TINY, np.where(x <= 700.0, out, np.inf))
 
 
 def matmul(A: np.ndarray, A_rad: np.ndarray | None, B: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1068,3 +1068,17 @@ def test_interval_ends_are_rounded_outwards_to_float64_beyond_its_range_too(sign
             step = math.nextafter(bound, math.inf if below else -math.inf)
             if math.isfinite(step):
                 assert mpmath.mpf(step) > value if below else mpmath.mpf(step) < value
+
+
+def test_a_logit_radius_beyond_int64_exponents_does_not_prove_a_false_memorization():
+    # A review: a token of size 1e36 whose logit cancels to 0 has a logit radius near 4e20; the
+    # upper end of its exp enclosure came out as 5e-324 (the range reduction's exponent overflowed
+    # int64), so its softmax weight was enclosed in [0, 5e-324] where the exact one is 0.27, and
+    # certify proved max |f - y| <= 5.93e-323 for an exact error of 2.7e35.
+    E = np.array([[[1.0, 0.0], [1e36, -1e36]]])
+    data = construct.as_dataset(E, np.array([[1.0, 1.0]]), np.array([[0.0]]))
+    weights = construct.as_weights(W_K=np.eye(2)[None], W_Q=np.eye(2)[None], W_V=np.array([[[0.0], [1.0]]]),
+                                   W_O=np.array([[1.0, 0.0]]), W_D=np.array([[1.0], [0.0]]))
+    for method in ("float64", "auto", "interval"):
+        cert = C.certify(weights, data, method=method)
+        assert not cert.claims["memorization"]["proven"], (method, cert.claims["memorization"])

@@ -194,6 +194,17 @@ def test_exp_enclosure_contains_the_exact_exponential(x, width):
             assert hi[0] - lo[0] <= 1e-13 * float(mpmath.exp(mpmath.mpf(x)))
 
 
+
+@settings(deadline=None)
+@given(st.floats(700.0, 1.7e308, allow_nan=False))
+def test_exp_enclosure_upper_end_is_never_below_the_exponential_past_700(x):
+    # A review: past ln(max float) the upper end must be +inf. From about 6.4e18 on, the range
+    # reduction's integer exponent overflowed int64, and the upper end came out as 5e-324.
+    lo, hi = exp_enclosure(np.array([x]), np.array([x]))
+    with mpmath.workprec(200):
+        assert mpmath.mpf(lo[0]) <= mpmath.exp(mpmath.mpf(x))
+        assert hi[0] == np.inf or mpmath.exp(mpmath.mpf(x)) <= mpmath.mpf(hi[0])
+
 @settings(max_examples=20, deadline=None)
 @given(st.integers(0, 2**32 - 1))
 def test_float64_feature_enclosure_contains_the_exact_features(seed):
