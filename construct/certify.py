@@ -692,11 +692,12 @@ def read_certificate(text: str | bytes) -> dict:
         return int(digits)
 
     def no_duplicates(pairs: list) -> dict:
-        keys = [k for k, _ in pairs]
-        twice = sorted({k for k in keys if keys.count(k) > 1})
-        if twice:                                 # readers differ on which value counts
+        obj = dict(pairs)
+        if len(obj) < len(pairs):                 # readers differ on which value counts
+            seen: set = set()                     # (one pass: counting each key was quadratic)
+            twice = sorted({k for k, _ in pairs if k in seen or seen.add(k)})
             raise _Refused(f"field {twice[0]!r} appears twice")
-        return dict(pairs)
+        return obj
 
     if not isinstance(text, (str, bytes, bytearray)):
         raise InputError(f"expected a certificate's JSON text (str or bytes), got {type(text).__name__} "
