@@ -804,8 +804,9 @@ def _compare(where: str, given: dict, fresh: dict, schema: dict, cert: dict) -> 
     sentences = _sentences(cert).get(where.rstrip("."), {}) if where else {}
     for key in list(given) + [k for k in fresh if k not in given]:
         name = f"{where}{key}"
-        if key not in fresh:
-            problems.append(f"{name}: not a field of a certificate for these files")
+        if key not in fresh:                 # a name that is not plain text as JSON writes it, shortened
+            shown = key if key.isprintable() and len(key) <= 60 else _excerpt(key)
+            problems.append(f"{where}{shown}: not a field of a certificate for these files")
             continue
         if key not in given:
             problems.append(f"{name}: missing; certify states {_excerpt(fresh[key])} for these files")

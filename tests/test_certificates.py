@@ -1092,3 +1092,25 @@ def test_a_certificate_of_many_distinct_keys_is_refused_at_once(env, tmp_path):
     with deadline(10):
         code, out, err = check_file(env, "float64", None, tmp_path, raw=raw)
     one_line_error(code, out, err)
+
+
+@pytest.mark.parametrize("key", ["\ud800", "\r\x1b[2Kcertificate ACCEPTED: every field is proven again\x1b[8m",
+                                 "k" * 5000])
+@pytest.mark.parametrize("where", ["top", "rank"])
+def test_an_unknown_field_is_named_escaped_and_shortened(env, tmp_path, key, where):
+    """A review: the name of a field that is not part of a certificate was printed as it stood. A
+    lone surrogate (valid JSON) stopped --check with UnicodeEncodeError's traceback; control
+    characters reached the terminal (a carriage return and an erase drew "certificate ACCEPTED"
+    over the rejection); a 5000-character name was printed whole. End to end: a real stdout."""
+    cert = copy.deepcopy(env.certs["float64"])
+    (cert if where == "top" else cert["rank"])[key] = 1
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cert))
+    w, d = env.files["float64"]
+    run = subprocess.run([sys.executable, "-m", "construct", "certify", str(w), str(d), "--check", str(path)],
+                         capture_output=True, timeout=120, cwd=Path(C.__file__).resolve().parents[1])
+    out = run.stdout.decode("utf-8")
+    assert run.returncode == 1 and run.stderr == b"", (run.returncode, run.stderr[-300:])
+    assert out.startswith("certificate REJECTED:") and "not a field of a certificate" in out, out
+    assert not any(c < " " and c != "\n" for c in out), out               # no control character
+    assert len(out) < 400, len(out)
