@@ -1114,3 +1114,26 @@ def test_an_unknown_field_is_named_escaped_and_shortened(env, tmp_path, key, whe
     assert out.startswith("certificate REJECTED:") and "not a field of a certificate" in out, out
     assert not any(c < " " and c != "\n" for c in out), out               # no control character
     assert len(out) < 400, len(out)
+
+
+def test_the_interval_rank_of_a_singular_gram_matrix_is_unproven_not_a_type_error():
+    # A review: one shared context of one token makes every row of Z the same (rank 1 < T = 3).
+    # mpmath's LU found no pivot in a column of rounding-sized entries and failed with
+    # "TypeError: '>=' not supported between instances of 'NoneType' and 'int'" (only its
+    # ZeroDivisionError for a singular matrix was caught): certify --method interval crashed.
+    E = np.repeat(np.array([[[-1.528704588534967, -1.2171637678785086, 1.469563305549162]]]), 3, axis=0)
+    X = np.array([[-1.0299824237515514, -0.8566779839584403, -1.395761111293656],
+                  [1.227381918145922, 0.9182081634963974, 0.3182166183317675],
+                  [0.08424070329213044, -0.4918737495436677, -0.2844091606352633]])
+    W_K = np.array([[-0.6741547401790442, 0.6582674220931423, 0.6921943754945254],
+                    [0.9126284235236749, 2.048895034141977, 0.7071686324356526],
+                    [0.6345284188277793, 1.0036979770662597, -1.542009857846187]])[:, :, None]
+    W_Q = np.array([[0.0047324644067568535, -1.5125028978702022, 1.5772521625152471],
+                    [-0.4930096168284752, 1.7731207696776596, 1.0615231003799113],
+                    [-0.5522362057347033, -1.6597664935592873, -1.1240173337485642]])[:, :, None]
+    weights = construct.as_weights(W_K, W_Q, np.ones((3, 3, 1)), np.ones((3, 3)), np.ones((3, 1)))
+    data = construct.as_dataset(E, X, np.zeros((3, 1)))
+    for method in ("interval", "auto"):
+        cert = C.certify(weights, data, method=method)
+        assert not cert.claims["rank"]["proven"], cert.claims["rank"]
+        assert C.check_certificate(json.loads(json.dumps(cert.claims)), weights, data) == []

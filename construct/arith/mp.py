@@ -19,6 +19,18 @@ _exp = np.frompyfunc(mpmath.exp, 1, 1)
 _log = np.frompyfunc(mpmath.log, 1, 1)
 _sqrt = np.frompyfunc(mpmath.sqrt, 1, 1)
 _ldexp = np.frompyfunc(mpmath.ldexp, 2, 1)
+
+
+def _lu_solve(A, b):
+    """``mpmath.lu_solve``, with a singular ``A`` always reported as its ZeroDivisionError: where
+    a column has no pivot other than zeros (rows of rounding-sized entries), its LU ends with
+    ``TypeError`` on the pivot index it never set."""
+    try:
+        return mpmath.lu_solve(A, b)
+    except TypeError as exc:
+        if "NoneType" not in str(exc):                 # not the unset pivot index
+            raise
+        raise ZeroDivisionError("matrix is numerically singular (no pivot in a column)") from None
 _mpf = np.frompyfunc(mpmath.mpf, 1, 1)
 
 
@@ -86,7 +98,7 @@ class Mpmath(NumpyArithmetic):
         vector = np.ndim(B) == 1
         Bm = np.asarray(B, dtype=object).reshape(len(B), -1)
         Am = _matrix(A)
-        cols = [np.array(mpmath.lu_solve(Am, _matrix(Bm[:, [j]])).tolist(), dtype=object)[:, 0]
+        cols = [np.array(_lu_solve(Am, _matrix(Bm[:, [j]])).tolist(), dtype=object)[:, 0]
                 for j in range(Bm.shape[1])]
         X = np.stack(cols, axis=1) if cols else np.zeros((Am.cols, 0), dtype=object)
         return X[:, 0] if vector else X
