@@ -762,10 +762,11 @@ def check_certificate(cert: dict, weights: Weights, data: Dataset) -> list[str]:
         InputError: a malformed certificate (:func:`read_certificate`) or a parameter out of
             bounds; the weights do not fit the data.
     """
-    try:
-        cert = read_certificate(json.dumps(cert, allow_nan=True))       # the structure, as for a file
+    try:          # compact, as short as the file it came from: the size limit is for reading files
+        text = json.dumps(cert, allow_nan=True, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError, RecursionError):
         raise InputError("not a JSON-like object of numbers and strings", what="invalid certificate") from None
+    cert = read_certificate(text)               # the structure, as for a file (its reason, naming the field)
     try:
         tol = tolerance(cert["tol"], "tol")
     except InputError as exc:

@@ -1137,3 +1137,23 @@ def test_the_interval_rank_of_a_singular_gram_matrix_is_unproven_not_a_type_erro
         cert = C.certify(weights, data, method=method)
         assert not cert.claims["rank"]["proven"], cert.claims["rank"]
         assert C.check_certificate(json.loads(json.dumps(cert.claims)), weights, data) == []
+
+
+@pytest.mark.parametrize("edit, needle", [({"version": 4}, "version 4"), ({"T": "57"}, "field T"),
+                                          ({"method": "trust-me"}, "method 'trust-me'")])
+def test_check_certificate_keeps_the_reason_a_malformed_dict_is_refused(env, edit, needle):
+    # A review: read_certificate's InputError is a ValueError, which check_certificate caught and
+    # replaced with "not a JSON-like object of numbers and strings", naming no field.
+    w, d = objects(env, "float64")
+    with pytest.raises(InputError, match=needle):
+        C.check_certificate({**copy.deepcopy(env.certs["float64"]), **edit}, w, d)
+
+
+def test_a_certificate_file_under_the_size_limit_is_not_refused_as_too_large_when_checked(env, tmp_path):
+    # A review: --check read a compact 0.98 MB certificate, then check_certificate wrote it again
+    # with spaces after ',' and ':' (over 1 MiB) and refused that as "not a JSON-like object".
+    cert = {**env.certs["float64"], **{f"k{i}": 0 for i in range(90_000)}}
+    raw = json.dumps(cert, separators=(",", ":"))
+    assert len(raw) < C.MAX_CERTIFICATE_BYTES < len(json.dumps(cert))
+    code, out, err = check_file(env, "float64", None, tmp_path, raw=raw)
+    assert code == 1 and err == "" and out.startswith("certificate REJECTED:"), (code, err[-300:])
