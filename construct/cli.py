@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from ._version import __version__
-from .errors import ConstructError, InputError, OutputError
+from .errors import LISTED, ConstructError, InputError, OutputError
 
 DEFAULT_PROBLEM = {"kind": "independent", "heads": 8, "context": 8, "dim": 16}
 
@@ -280,8 +280,9 @@ def _cmd_certify(args) -> int:
         cert = read_certificate(text)
         weights, data = load_weights(args.weights), load_dataset(args.data)
         problems = check_certificate(cert, weights, data)
+        shown = problems[:LISTED] + ([f"… and {len(problems) - LISTED} more"] if len(problems) > LISTED else [])
         print("certificate ACCEPTED: every field is proven again for these files" if not problems else
-              "certificate REJECTED:\n  " + "\n  ".join(problems))
+              "certificate REJECTED:\n  " + "\n  ".join(shown))
         return 0 if not problems else 1
     tol = tolerance(DEFAULT_TOL if args.tol is None else args.tol, "--tol")
     inputs, folder, before = (Path(args.weights), Path(args.data)), None, None

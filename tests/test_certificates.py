@@ -1157,3 +1157,19 @@ def test_a_certificate_file_under_the_size_limit_is_not_refused_as_too_large_whe
     assert len(raw) < C.MAX_CERTIFICATE_BYTES < len(json.dumps(cert))
     code, out, err = check_file(env, "float64", None, tmp_path, raw=raw)
     assert code == 1 and err == "" and out.startswith("certificate REJECTED:"), (code, err[-300:])
+
+
+def test_a_rejection_lists_at_most_twenty_problems_and_counts_the_rest(env, tmp_path):
+    # A review: a certificate of 90,000 unknown fields (under the size limit) was answered with
+    # 90,001 lines; an InputError's message names at most 20 problems and counts the rest.
+    from construct.errors import LISTED
+    cert = {**env.certs["float64"], **{f"k{i}": 0 for i in range(90_000)}}
+    code, out, err = check_file(env, "float64", None, tmp_path, raw=json.dumps(cert, separators=(",", ":")))
+    lines = out.splitlines()
+    assert code == 1 and err == "" and lines[0] == "certificate REJECTED:", (code, err)
+    assert len(lines) == 1 + LISTED + 1 and lines[-1] == "  … and 89980 more", lines[-3:]
+    cert = copy.deepcopy(env.certs["float64"])
+    FORGERIES["T changed (8)"](cert)                               # a few problems: every one shown
+    code, out, _ = check_file(env, "float64", cert, tmp_path)
+    assert code == 1 and len(C.check_certificate(copy.deepcopy(cert), *objects(env, "float64"))) == \
+        len(out.splitlines()) - 1 and "more" not in out
