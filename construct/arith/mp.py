@@ -19,6 +19,7 @@ _exp = np.frompyfunc(mpmath.exp, 1, 1)
 _log = np.frompyfunc(mpmath.log, 1, 1)
 _sqrt = np.frompyfunc(mpmath.sqrt, 1, 1)
 _ldexp = np.frompyfunc(mpmath.ldexp, 2, 1)
+_mpf = np.frompyfunc(mpmath.mpf, 1, 1)
 
 
 def _lu_solve(A, b):
@@ -31,7 +32,6 @@ def _lu_solve(A, b):
         if "NoneType" not in str(exc):                 # not the unset pivot index
             raise
         raise ZeroDivisionError("matrix is numerically singular (no pivot in a column)") from None
-_mpf = np.frompyfunc(mpmath.mpf, 1, 1)
 
 
 class Mpmath(NumpyArithmetic):
