@@ -252,7 +252,7 @@ def _cmd_export(args) -> int:
 
 
 def _cmd_certify(args) -> int:
-    from .certify import MAX_CERTIFICATE_BYTES, check_certificate, certify, read_certificate
+    from .certify import CLAIMS, MAX_CERTIFICATE_BYTES, Certificate, check_certificate, certify, read_certificate
     from .data import load_dataset
     from .io import check_file_target, file_sha256, folder_lock
     from .limits import tolerance
@@ -281,9 +281,14 @@ def _cmd_certify(args) -> int:
         weights, data = load_weights(args.weights), load_dataset(args.data)
         problems = check_certificate(cert, weights, data)
         shown = problems[:LISTED] + ([f"… and {len(problems) - LISTED} more"] if len(problems) > LISTED else [])
-        print("certificate ACCEPTED: every field is proven again for these files" if not problems else
-              "certificate REJECTED:\n  " + "\n  ".join(shown))
-        return 0 if not problems else 1
+        if problems:
+            print("certificate REJECTED:\n  " + "\n  ".join(shown))
+            return 1
+        # What was proven again, and at which tolerance: a certificate issued at --tol 1 holds too.
+        print(f"certificate ACCEPTED: every field is proven again for these files (issued at --tol "
+              f"{cert['tol']:g}, |f - y| allowed up to {cert['allowed']:g})")
+        print("\n".join(Certificate(cert, passed=all(cert[k]["proven"] for k in CLAIMS if k in cert)).lines()))
+        return 0
     tol = tolerance(DEFAULT_TOL if args.tol is None else args.tol, "--tol")
     inputs, folder, before = (Path(args.weights), Path(args.data)), None, None
     if args.out is not None:

@@ -1173,3 +1173,20 @@ def test_a_rejection_lists_at_most_twenty_problems_and_counts_the_rest(env, tmp_
     code, out, _ = check_file(env, "float64", cert, tmp_path)
     assert code == 1 and len(C.check_certificate(copy.deepcopy(cert), *objects(env, "float64"))) == \
         len(out.splitlines()) - 1 and "more" not in out
+
+
+def test_an_accepted_certificate_says_what_it_proves_and_at_which_tolerance(env, tmp_path):
+    # Found in review: --check printed the same "ACCEPTED" for a certificate issued at --tol 1 as
+    # for one at 1e-8, and named no claim: the reader had to open the file to learn what held.
+    w, d = env.paths["cls"]
+    cp = tmp_path / "loose.json"
+    code, out, _ = cli("certify", w, d, "--tol", "0.5", "--out", cp)
+    assert code == 0
+    cert = json.loads(cp.read_text())
+    code, out, _ = cli("certify", w, d, "--check", cp)
+    first, *claims = out.splitlines()
+    assert code == 0 and first.startswith("certificate ACCEPTED")
+    assert f"--tol {cert['tol']:g}" in first and f"{cert['allowed']:g}" in first, first
+    assert claims == C.Certificate(cert, passed=True).lines()
+    assert any(line.startswith("memorization") and "PROVEN" in line for line in claims)
+    assert any(line.startswith("classification") for line in claims)
