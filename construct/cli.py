@@ -659,7 +659,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--shared", action="store_true", help="one context for every example (Prop. 2)")
     t.add_argument("--rational", action="store_true", help="exact rational inputs, small matrices shown exactly")
     t.add_argument("--prelayer", action="store_true",
-                   help="queries that repeat (A1 fails, A3 holds), built through Proposition 4's pre-layer")
+                   help="queries that repeat (A1 fails; A3 holds where the sizes allow, else the construction's own "
+                        "condition), built through Proposition 4's pre-layer")
     t.add_argument("--format", choices=("text", "markdown", "html"), default="text",
                    help="plain (styled on a terminal unless NO_COLOR is set) text, Markdown, or one "
                         "self-contained HTML page")

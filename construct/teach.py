@@ -368,8 +368,19 @@ _PLAN = [
 ]
 
 
-def _theorem(result: BuildResult) -> dict:
-    """Theorem 1 and the proof's plan, with this run's sizes (formulas between ``$``)."""
+def _layer_effect(layer_a1) -> str:
+    """What Proposition 4's pre-layer did to A1, for the run's summary: restored it, or (at sizes
+    where the shifted queries miss it) gave the construction the condition it checks instead."""
+    if layer_a1 is None or layer_a1.holds:
+        return " Its queries repeat, so A1 fails; Proposition 4's pre-layer (step 1b) restores it" + (
+            "." if layer_a1 is None or layer_a1.exact_rank is not None else ", by sampling.")
+    return (" Its queries repeat, so A1 fails; after Proposition 4's pre-layer (step 1b) it still fails, but the "
+            "shifted queries meet the condition the construction checks instead (step 2).")
+
+
+def _theorem(result: BuildResult, layer_a1=None) -> dict:
+    """Theorem 1 and the proof's plan, with this run's sizes (formulas between ``$``); ``layer_a1``:
+    with a pre-layer, A1 checked on its outputs (:func:`construct.assumptions.kruskal_check`)."""
     W, data = result.weights, result.data
     H, d, d_h, d_v, d_o = W.H, W.d, W.d_h, W.d_v, W.W_D.shape[1]
     return {
@@ -392,8 +403,7 @@ def _theorem(result: BuildResult) -> dict:
         "plan": _PLAN,
         "run": f"This run: $H$ = {H}, $n$ = {data.n}, $d$ = {d}, $d_h$ = {d_h}, $d_v$ = {d_v}, so $k$ = {result.k} "
                f"and $T$ = {result.capacity} example{'s' if result.capacity != 1 else ''}; the layer has {param_count(H, d, d_h, d_v, d_o)} parameters."
-               + (" Its queries repeat, so A1 fails; Proposition 4's pre-layer (step 1b) restores it."
-                  if W.prelayer else ""),
+               + (_layer_effect(layer_a1) if W.prelayer else ""),
         "source": f"{PAPER} (arXiv:2306.02010); the proof is written out in the project's docs/math.md "
                   "(§2 assumptions, §3 statements, §4 the construction).",
     }
@@ -406,6 +416,7 @@ class Walkthrough:
     steps: list[Step]
     result: BuildResult
     heading: str
+    layer_a1: object = None          # with a pre-layer: A1 on its outputs (a KruskalCheck)
 
     @property
     def figures(self) -> list[str]:
@@ -435,7 +446,7 @@ class Walkthrough:
 
     def text(self, color: bool = False) -> str:
         color = flag(color, "color")
-        th = _theorem(self.result)
+        th = _theorem(self.result, self.layer_a1)
         intro = [th["title"]] + [f"  {rich_text(p)}" for p in th["statement"]]
         intro += [f"      {math_text(th['display'])}", f"  {rich_text(th['after'])}",
                   f"  {rich_text(th['model'])}"] + [f"      {math_text(f)}" for f in th["model_display"]]
@@ -448,7 +459,7 @@ class Walkthrough:
         """The walkthrough in Markdown. ``figure_files``: relative paths under which the caller
         writes :attr:`figures` as SVG files (:meth:`figure_names`); they are linked as images.
         Without them the page says that the figures are written only with ``--out``."""
-        th = _theorem(self.result)
+        th = _theorem(self.result, self.layer_a1)
         out = [f"# {self.heading}", f"## {th['title']}", *(_md(p) for p in th["statement"]),
                f"> **{math_text(th['display'])}**", _md(th["after"]),
                "\n".join([_md(th["model"]), ""] + [f"    {math_text(f)}" for f in th["model_display"]]),
@@ -469,7 +480,7 @@ class Walkthrough:
         return "\n\n".join(out) + "\n"
 
     def _body(self, controls: bool = True) -> str:
-        th = _theorem(self.result)
+        th = _theorem(self.result, self.layer_a1)
         theorem = ("<section class='theorem' id='theorem'>"
                    f"<h2>{html.escape(th['title'])}</h2><div class='box'>"
                    + "".join(f"<p>{rich_html(p)}</p>" for p in th["statement"])
@@ -995,8 +1006,9 @@ def _walkthrough(heads: int, context: int, dim: int, seed: int, shared: bool, ra
     Z = feature_matrix(data.E, data.X, W, layered=True)
     exact = (lambda a: _exact(a)) if rational else None
     steps = [_assumptions_step(raw, result, exact)]
+    layer_a1 = kruskal_check(data.X, data.n, "x + mean(E)") if prelayer else None
     if prelayer:
-        steps.append(_prelayer_step(raw, data))
+        steps.append(_prelayer_step(raw, data, layer_a1))
     steps.append(_partition_step(result))
     ranks = []
     for h, (tr, ev) in enumerate(zip(result.trace, result.heads)):
@@ -1016,7 +1028,7 @@ def _walkthrough(heads: int, context: int, dim: int, seed: int, shared: bool, ra
     shape = f"H = {heads}, n = {context}, d = {dim}, T = {T}" + (", shared context" if shared else "") + \
         (", rational inputs" if rational else "") + (", repeated queries through Proposition 4's pre-layer"
                                                      if prelayer else "")
-    return Walkthrough(steps, result, f"The construction of Theorem 1, step by step ({shape})")
+    return Walkthrough(steps, result, f"The construction of Theorem 1, step by step ({shape})", layer_a1)
 
 
 def _assumptions_step(data: Dataset, result: BuildResult, exact) -> Step:
@@ -1044,21 +1056,33 @@ def _assumptions_step(data: Dataset, result: BuildResult, exact) -> Step:
                 lines, matrices, docs="§2, §4.1")
 
 
-def _prelayer_step(raw: Dataset, shifted: Dataset) -> Step:
-    r_raw, r_shift = kruskal_rank(raw.X), kruskal_rank(shifted.X)
+def _prelayer_step(raw: Dataset, shifted: Dataset, after) -> Step:
+    r_raw, r_shift = kruskal_rank(raw.X), after.exact_rank
     _, first, counts = np.unique(raw.X, axis=0, return_index=True, return_counts=True)
     lines = [f"The queries repeat: {int(np.sum(counts[counts > 1]))} of the {raw.T} examples share their query "
              f"with another; their Kruskal rank is {r_raw}, below $n$ = {raw.n}, so no single attention layer "
              "can tell those examples apart by their queries.",
              "Proposition 4: a first layer with one head, zero key and query maps (uniform attention), identity "
              "value and output maps and a skip connection sends every token $v$ to $v + mean_i e_i$.",
-             f"After it the queries $x + mean(E)$ have Kruskal rank {r_shift} (A3, so A1 now holds), and every "
+             "After it the queries $x + mean(E)$ " + _a1_after(after, r_shift, raw.n) + ". Every "
              "context keeps full row rank (Lemma 2 with $α = 1$): "
              + ("A2 holds." if a2_violations(shifted.E).size == 0 else "A2 FAILS."),
              "The construction below builds the second layer on these shifted tokens; the weights file records "
              "the pre-layer, and verify, certify and export run both layers."]
     return Step("1b. Proposition 4's pre-layer makes the queries distinct", "Proposition 4, Lemma 2",
                 "proofs.prop4", lines, {"$x + mean(E)$ (the second layer's queries)": shifted.X}, docs="§6")
+
+
+def _a1_after(after, r: int | None, n: int) -> str:
+    """A1 on the pre-layer's outputs, as the check found it: exact where it could be computed."""
+    if r is None:
+        return (f"have, of the sampled sets of $n$ = {n}, {after.sampled_fraction:.1%} independent (their exact "
+                "Kruskal rank is too costly to compute here) — " + ("A3 holds, so A1 now holds, by sampling"
+                                                                    if after.holds else "A1 still fails"))
+    if r >= n:
+        return f"have Kruskal rank {r} ≥ $n$ = {n} (A3, so A1 now holds)"
+    return (f"have Kruskal rank {r}, below $n$ = {n}: A3 fails at these sizes, so A1 still fails after the layer; "
+            "the construction needs less, the condition checked in step 2, which these queries meet")
 
 
 def _partition_step(result: BuildResult) -> Step:

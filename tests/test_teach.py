@@ -444,6 +444,27 @@ def test_the_pre_layer_walkthrough_runs_beyond_the_default_sizes(sizes):
     assert w.result.verification.passed and w.result.weights.prelayer == "mean-shift"
 
 
+@pytest.mark.parametrize("sizes", [dict(heads=2, context=4, dim=4), dict(heads=30, context=4, dim=8),
+                                   dict(heads=3, context=3, dim=4)])
+def test_the_pre_layer_step_says_whether_a1_holds_after_the_layer(sizes):
+    # A review: at n = d = 4 the shifted queries have Kruskal rank 3 < n, and step 1b said
+    # "Kruskal rank 3 (A3, so A1 now holds)"; at T = 91 it said "Kruskal rank None (A3, ...)".
+    from construct.assumptions import kruskal_rank
+    walk = teach(prelayer=True, **sizes)
+    step = next(s for s in walk.steps if s.title.startswith("1b."))
+    text, intro = step.text(), walk.text()[:walk.text().index("1. The data")]
+    assert "None" not in text
+    r = kruskal_rank(step.matrices["$x + mean(E)$ (the second layer's queries)"])
+    n = walk.result.data.n
+    if r is not None and r < n:
+        assert f"Kruskal rank {r}" in text and "A1 now holds" not in text and "restores it" not in intro
+        assert "A1 still fails" in text
+    elif r is not None:
+        assert f"Kruskal rank {r}" in text and "A1 now holds" in text and "restores it" in intro
+    else:
+        assert "by sampling" in text
+
+
 def test_a_walkthrough_too_large_to_read_is_refused_at_once(capsys):
     # A student's trial: --heads 2000 ran past five minutes, silent (a rank per head on a growing Z).
     import time
