@@ -38,6 +38,7 @@ from .limits import flag, integer
 from .arith import numerical_rank
 from .arith.threads import blas_limit
 from .model import feature_matrix, head_attention, mean_shift, param_count
+from .verify import verify
 
 _MATRIX_LIMIT = 12          # larger matrices are summarized, not printed
 PAPER_URL = "https://arxiv.org/abs/2306.02010"
@@ -1024,7 +1025,7 @@ def _walkthrough(heads: int, context: int, dim: int, seed: int, shared: bool, ra
             steps.append(_head1_step(data, result, Z, figure, exact))
         else:
             steps.append(_later_head_step(h, data, result, ranks, figure, exact))
-    steps.append(_readout_step(data, result, Z, ranks, k))
+    steps.append(_readout_step(raw, result, Z, ranks, k))
     shape = f"H = {heads}, n = {context}, d = {dim}, T = {T}" + (", shared context" if shared else "") + \
         (", rational inputs" if rational else "") + (", repeated queries through Proposition 4's pre-layer"
                                                      if prelayer else "")
@@ -1148,7 +1149,10 @@ def _later_head_step(h: int, data: Dataset, result: BuildResult, ranks: list[int
 
 
 def _readout_step(data: Dataset, result: BuildResult, Z: np.ndarray, ranks: list[int], k: int) -> Step:
-    v = result.verification
+    # The final weights through the model's forward pass, as construct.verify (and the CLI's verify)
+    # evaluates them: the build's own check ran on the Z it grew head by head, whose last bits can
+    # differ from the forward pass's (and from the Z printed here). ``data``: the data as given.
+    v = verify(result.weights, data)               # the build's tolerance: teach builds with the default
     _, s = numerical_rank(Z)
     lines = [f"$rank Z$ = {v.rank_Z} = $T$: the readout $Z B = Y$ has a solution (minimum norm).",
              "$B$ is factored into $W_V$, $W_O$, $W_D$: $W_D = [I; 0]$, $W_O$ picks the first $d_o$ value "

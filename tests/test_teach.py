@@ -81,6 +81,7 @@ def _page(tmp_path, *options) -> str:
 
 @pytest.mark.parametrize("options", [{}, {"shared": True}, {"rational": True}, {"heads": 4, "context": 4, "dim": 5}])
 def test_every_step_is_present_with_the_engines_numbers(options):
+    from construct import verify
     walk = teach(**options)
     result = walk.result
     H = result.weights.H
@@ -98,7 +99,24 @@ def test_every_step_is_present_with_the_engines_numbers(options):
         assert str(tr.j_star.tolist()) in text
     Z = feature_matrix(result.data.E, result.data.X, result.weights)
     assert np.array_equal(walk.steps[-1].matrices["Z"], Z)
-    assert f"{result.verification.max_abs_error:.3g}" in walk.steps[-1].text()
+    assert f"{verify(result.weights, result.data).max_abs_error:.3g}" in walk.steps[-1].text()
+
+
+@pytest.mark.parametrize("options", [{}, {"shared": True}, {"prelayer": True}])
+def test_the_final_check_quotes_the_forward_pass_on_the_final_weights(options):
+    # A review: the readout step said "Final check with the model's own forward pass: max |f − y| =
+    # 1.11e-16" (7.77e-16 on a shared context), the build's figure from its own head-by-head Z;
+    # construct.forward and verify on the same weights gave 2.22e-16 (2.0e-15), as a student
+    # recomputing it from the printed Z does.
+    from construct import forward, verify
+    walk = teach(**options)
+    result = walk.result
+    v = verify(result.weights, result.data)
+    f = forward(result.data.E, result.data.X, result.weights)
+    text = walk.steps[-1].text()
+    assert v.max_abs_error == float(np.abs(f - result.data.Y).max())
+    assert f"max |f(E, x) − y| = {v.max_abs_error:.3g} " in text
+    assert f"σ_min(Z) = {v.sigma_min_Z:.4g}" in text
 
 
 def test_every_step_cites_the_paper_and_the_docs_never_math_md():
