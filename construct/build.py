@@ -283,8 +283,8 @@ def build_in(ar: Arithmetic, data: Dataset, why: str, *, heads: int, head_dim: i
             weights, outputs = _refined(ar, ws, data, tol, B, weights, readout, layer_words)
         lap("readout")
     if not ar.rounds_weights:
-        # Z was computed head by head with the forward pass's own function on these very W_K,
-        # W_Q, so it is the forward pass's Z.
+        # Z was computed head by head with the model's per-head function on these very W_K, W_Q:
+        # the forward pass's Z to the last bits (it takes the heads in groups, with other products).
         with ar.working(), ar.heavy():
             verification = check(ar, Z=ws.Z, weights=weights.map(ar.asarray, bits=weights.bits),
                                   data=Dataset(ws.E, ws.X, Y), tol=tol, reduction=ws.reduction, outputs=outputs,

@@ -1024,7 +1024,7 @@ def _walkthrough(heads: int, context: int, dim: int, seed: int, shared: bool, ra
         if h == 0:
             steps.append(_head1_step(data, result, Z, figure, exact))
         else:
-            steps.append(_later_head_step(h, data, result, ranks, figure, exact))
+            steps.append(_later_head_step(h, data, result, Z, ranks, figure, exact))
     steps.append(_readout_step(raw, result, Z, ranks, k))
     shape = f"H = {heads}, n = {context}, d = {dim}, T = {T}" + (", shared context" if shared else "") + \
         (", rational inputs" if rational else "") + (", repeated queries through Proposition 4's pre-layer"
@@ -1097,6 +1097,14 @@ def _partition_step(result: BuildResult) -> Step:
                 docs="§4.2")
 
 
+def _feature_error(Z: np.ndarray, data: Dataset, h: int, S: range, targets: np.ndarray) -> float:
+    """``max |z^(t) − (E^(t))^T s^(t)|`` over ``t ∈ S`` on head ``h``'s block of the forward pass's
+    ``Z`` (the one the steps print), for the targets ``s`` the construction set there."""
+    d = data.d
+    want = np.einsum("tnd,tn->td", data.E[S.start:S.stop], targets)
+    return float(np.abs(Z[S.start:S.stop, h * d:(h + 1) * d] - want).max())
+
+
 def _head1_step(data: Dataset, result: BuildResult, Z: np.ndarray, figure: str, exact) -> Step:
     tr, W = result.trace[0], result.weights
     S, d = tr.examples, data.d
@@ -1106,7 +1114,8 @@ def _head1_step(data: Dataset, result: BuildResult, Z: np.ndarray, figure: str, 
              f"rows $(E^(t))^T s^(t)$ are independent: their $σ_min$ = {result.heads[0].sigma_min_M:.4g}.",
              "Logits $ℓ^(t) = log s^(t)$; $u^(t) = (E^(t))^+ ℓ^(t)$; $W_1 = U (X_S^T X_S)^-1 X_S^T$ with "
              "$U = [u^(t)]_{t ∈ G_1}$, so that $E^(t) W_1 x^(t) = ℓ^(t)$ and the softmax gives back $s^(t)$.",
-             f"Head 1 reproduces the targets to {result.heads[0].target_error:.2g}; its rows of $Z$ have rank "
+             f"Head 1's features (its block of $Z$, below) equal $(E^(t))^T s^(t)$ to "
+             f"{_feature_error(Z, data, 0, S, tr.targets):.2g}: the softmax gives back the targets; its rows of $Z$ have rank "
              + (f"{m}, the size of $G_1$." if numerical_rank(rows)[0] == m else
                 f"{numerical_rank(rows)[0]}, below the size of $G_1$, {m}.")]
     matrices = {"$s$ (targets, one row per example)": tr.targets, "$ℓ = log s$": np.log(tr.targets),
@@ -1119,7 +1128,8 @@ def _head1_step(data: Dataset, result: BuildResult, Z: np.ndarray, figure: str, 
                 lines, matrices, [figure], docs="§3, §4.3")
 
 
-def _later_head_step(h: int, data: Dataset, result: BuildResult, ranks: list[int], figure: str, exact) -> Step:
+def _later_head_step(h: int, data: Dataset, result: BuildResult, Z: np.ndarray, ranks: list[int], figure: str,
+                     exact) -> Step:
     tr, ev = result.trace[h], result.heads[h]
     S = tr.examples
     X_S = data.X[S.start:S.stop]
@@ -1139,7 +1149,8 @@ def _later_head_step(h: int, data: Dataset, result: BuildResult, ranks: list[int
              f"{ev.scale_explicit:.4g}; the engine used $c_{h + 1}$ = {ev.scale:.4g}, where the measured "
              f"perturbation {ev.perturbation_measured:.3g} is below $σ_min(M)/2$ = {ev.sigma_min_M / 2:.3g}.",
              f"Rank of $Z$ on the fitted rows: {ranks[h - 1]} → {ranks[h]} (+{ranks[h] - ranks[h - 1]}).",
-             f"The targets on $G_{h + 1}$ are met to {ev.target_error:.2g}."]
+             f"On $G_{h + 1}$ its features equal $(E^(t))^T s^(t)$ to "
+             f"{_feature_error(Z, data, h, S, tr.targets):.2g}: the new targets are met."]
     matrices = {"a": tr.a, "b": tr.b, "C": tr.C, "F": tr.F, "$s$ (new targets)": tr.targets, "M": tr.M}
     if exact:
         matrices["basis of $span(X_S)^⊥$, exactly"] = reduce(lambda A, B: A.row_join(B), exact(X_S).nullspace())

@@ -581,3 +581,23 @@ def test_a_context_wider_than_the_tokens_names_the_options(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--context 5" in err and "--dim 4" in err and "E:" not in err
     assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize("options", [{}, {"shared": True}, {"prelayer": True}])
+def test_each_heads_target_error_is_the_printed_features(options):
+    # A review: "Head 1 reproduces the targets to 6.1e-15" and "The targets on G_2 are met to …"
+    # quoted the build's own head-by-head Z; from the forward pass's Z, the one the steps print,
+    # a student found 7.4e-15. Each head's figure is max |z^(t) − (E^(t))^T s^(t)| on that Z.
+    from construct import Dataset, feature_matrix
+    from proofs.check import layer_data
+    walk = teach(**options)
+    result = walk.result
+    data = Dataset(*layer_data(result), result.data.Y)            # what the layer reads
+    Z = feature_matrix(data.E, data.X, result.weights, layered=True)
+    heads = [s for s in walk.steps if re.match(r"\d+\. Head \d", s.title)]
+    assert len(heads) == len(result.trace)
+    for h, (step, tr) in enumerate(zip(heads, result.trace)):
+        S, d = tr.examples, data.d
+        want = np.einsum("tnd,tn->td", data.E[S.start:S.stop], tr.targets)
+        err = float(np.abs(Z[S.start:S.stop, h * d:(h + 1) * d] - want).max())
+        assert f"equal $(E^(t))^T s^(t)$ to {err:.2g}" in " ".join(step.lines), (h, err, step.lines)
