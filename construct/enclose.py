@@ -66,8 +66,12 @@ def _exp_bound(x: np.ndarray, side: int) -> np.ndarray:
     reduction's integer ``k`` stays small (beyond about 6.4e18 it overflowed int64, and the upper
     bound came out as ``TINY``)."""
     x = np.asarray(x, dtype=np.float64)
+    shape, x = x.shape, x.reshape(-1)           # 0-d too: the ends are set in place below
     # below −746, exp(x) < 2^-1075: the answer is [0, TINY]; above 700, [exp(700), inf]
-    xc = np.clip(np.nan_to_num(x, nan=0.0), -746.0, 700.0)
+    xc = np.clip(x, -746.0, 700.0)
+    nan = np.isnan(xc)
+    if nan.any():                               # a NaN's k would be no integer at all
+        xc[nan] = 0.0
     k = np.rint(xc * _INV_LN2)
     # x − k·LN2_HI is exact (Sterbenz when k ≠ 0); subtracting k·LN2_LO costs two roundings.
     r = (xc - k * LN2_HI) - k * LN2_LO
@@ -77,10 +81,14 @@ def _exp_bound(x: np.ndarray, side: int) -> np.ndarray:
         p = p * r + c
     rel = _EXP_REL + 2 * r_err + 8 * U           # e^{r_err} ≤ 1 + 2 r_err for tiny r_err; final products
     if side < 0:
-        out = np.ldexp(p * (1 - rel), k.astype(np.int64)) * (1 - 2 * U) - TINY
-        return np.where(x < -746.0, 0.0, np.where(np.isnan(x), np.nan, np.maximum(out, 0.0)))
+        out = np.maximum(np.ldexp(p * (1 - rel), k.astype(np.int64)) * (1 - 2 * U) - TINY, 0.0)
+        out[x < -746.0] = 0.0
+        out[nan] = np.nan
+        return out.reshape(shape)
     out = np.ldexp(p * (1 + rel), k.astype(np.int64)) * (1 + 2 * U) + TINY
-    return np.where(x < -746.0, TINY, np.where(x <= 700.0, out, np.inf))
+    out[x < -746.0] = TINY
+    out[~(x <= 700.0)] = np.inf                 # above 700, and NaN
+    return out.reshape(shape)
 
 
 def matmul(A: np.ndarray, A_rad: np.ndarray | None, B: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
