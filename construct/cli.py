@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from ._version import __version__
-from .errors import LISTED, ConstructError, InputError, OutputError
+from .errors import ConstructError, InputError, OutputError, listed
 
 DEFAULT_PROBLEM = {"kind": "independent", "heads": 8, "context": 8, "dim": 16}
 
@@ -280,9 +280,8 @@ def _cmd_certify(args) -> int:
         cert = read_certificate(text)
         weights, data = load_weights(args.weights), load_dataset(args.data)
         problems = check_certificate(cert, weights, data)
-        shown = problems[:LISTED] + ([f"… and {len(problems) - LISTED} more"] if len(problems) > LISTED else [])
         if problems:
-            print("certificate REJECTED:\n  " + "\n  ".join(shown))
+            print("certificate REJECTED:\n  " + "\n  ".join(listed(problems)))
             return 1
         # What was proven again, and at which tolerance: a certificate issued at --tol 1 holds too.
         print(f"certificate ACCEPTED: every field is proven again for these files (issued at --tol "

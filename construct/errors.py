@@ -20,6 +20,12 @@ class ConstructError(Exception):
 LISTED = 20
 
 
+def listed(problems: list[str]) -> list[str]:
+    """The first :data:`LISTED` of ``problems``, and a line counting the rest where there are more."""
+    more = [f"… and {len(problems) - LISTED} more"] if len(problems) > LISTED else []
+    return list(problems[:LISTED]) + more
+
+
 class InputError(ConstructError, ValueError):
     """Bad input: every problem found is listed (the message shows the first :data:`LISTED`),
     each naming the array and the examples.
@@ -37,10 +43,7 @@ class InputError(ConstructError, ValueError):
         if len(self.problems) == 1:                  # one problem: one line
             super().__init__(f"{what}: {self.problems[0]}")
             return
-        shown = self.problems[:LISTED]
-        lines = "\n".join(f"  - {p}" for p in shown)
-        if len(self.problems) > LISTED:
-            lines += f"\n  - … and {len(self.problems) - LISTED} more"
+        lines = "\n".join(f"  - {p}" for p in listed(self.problems))
         head = f"{what} ({len(self.problems)} problems)" if counted else what
         super().__init__(f"{head}:\n{lines}")
 
