@@ -982,8 +982,8 @@ def teach(heads: int = 3, context: int = 3, dim: int = 4, *, seed: int = 0, shar
                          f"{MAX_EXAMPLES} examples (here H = {heads}, T = {capacity(heads, context, context)}); "
                          "`mha-construct build` takes any size", what="invalid option")
     if prelayer and (shared or rational):
-        raise InputError("the pre-layer walkthrough draws token sequences: it takes neither shared nor "
-                         "rational", what="invalid option")
+        raise InputError("--prelayer (prelayer=True): the pre-layer walkthrough draws its own token sequences, "
+                         "so it takes neither --shared nor --rational", what="invalid option")
     # Hundreds of SVDs of a few hundred rows: on two BLAS threads that spin against each other, a
     # busy 2-core machine ran them 15-25 times slower (the engine's sessions limit BLAS likewise).
     with blas_limit(1):
@@ -1093,6 +1093,13 @@ def _partition_step(result: BuildResult) -> Step:
              for h, g in enumerate(groups)]
     lines.append("Each group's queries are independent, and no earlier query lies in the span of a later "
                  "group's queries: the checkable condition the construction needs instead of A1.")
+    H, k = result.weights.H, len(groups[0])
+    if len(groups) < H:                     # teach draws T at capacity: only k = 1 leaves heads without a group
+        first = len(groups) + 1
+        heads = f"Head {H} fits" if first == H else f"Heads {first}–{H} fit"
+        lines.append(f"{heads} no examples: each later head fits $k − 1$ = {k - 1} new ones here. Their key–query "
+                     "product is 0, so they attend uniformly; their features are columns of $Z$ too, but "
+                     f"$rank Z$ = $T$ = {result.data.T} without them.")
     return Step("2. The partition into groups", "Proposition 1 (its proof's groups)", "proofs.prop1", lines,
                 docs="§4.2")
 
@@ -1171,7 +1178,10 @@ def _readout_step(data: Dataset, result: BuildResult, Z: np.ndarray, ranks: list
              f"Final check with the model's own forward pass: max $|f(E, x) − y|$ = {v.max_abs_error:.3g} "
              f"(allowed {v.tol:.1g}), $σ_min(Z)$ = {v.sigma_min_Z:.4g}. That is one {v.outputs} evaluation, "
              "with its own rounding; mha-construct certify bounds the exact model's error.",
-             f"Ranks after each head: {ranks} against $h(k − 1) + 1$ = "
+             ("Ranks after each head" if len(ranks) == result.weights.H else
+              f"Ranks after the heads that fit examples (head{'s' if len(ranks) > 1 else ''} 1"
+              + (f"–{len(ranks)}" if len(ranks) > 1 else "") + ")")
+             + f": {ranks} against $h(k − 1) + 1$ = "
              f"{[h * (k - 1) + 1 for h in range(1, len(ranks) + 1)]}."]
     return Step(f"{len(result.trace) + 3}. The readout and the final check", "Theorem 1", "proofs.theorem1",
                 lines, {"Z": Z}, [rank_figure(ranks, k), singular_value_figure(s)], docs="§4.5, §4.6")

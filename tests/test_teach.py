@@ -601,3 +601,25 @@ def test_each_heads_target_error_is_the_printed_features(options):
         want = np.einsum("tnd,tn->td", data.E[S.start:S.stop], tr.targets)
         err = float(np.abs(Z[S.start:S.stop, h * d:(h + 1) * d] - want).max())
         assert f"equal $(E^(t))^T s^(t)$ to {err:.2g}" in " ".join(step.lines), (h, err, step.lines)
+
+
+def test_heads_that_fit_no_examples_are_named_and_explained():
+    # A review: at n = 1 (k = 1) every later head fits k − 1 = 0 examples; the walkthrough of
+    # H = 2 had no step for head 2 and "Ranks after each head: [1]" listed one head of two.
+    walk = teach(heads=3, context=1, dim=4)
+    text = walk.text()
+    assert len(walk.result.trace) == 1 and walk.result.weights.H == 3
+    assert "Heads 2–3 fit no examples" in text and "k − 1 = 0" in text
+    assert "uniform" in text                          # what such a head does instead
+    assert "Ranks after the heads that fit examples (head 1)" in text
+    full = teach(heads=2, context=3, dim=4).text()    # every head fits: nothing of the kind said
+    assert "fit no examples" not in full and "Ranks after each head" in full
+
+
+def test_the_pre_layer_refusal_names_the_options(capsys):
+    # A review: `teach --prelayer --shared` said "it takes neither shared nor rational", naming
+    # no option the user typed.
+    for other in ("--shared", "--rational"):
+        assert main(["teach", "--prelayer", other]) == 2
+        err = capsys.readouterr().err
+        assert "--prelayer" in err and "--shared" in err and "--rational" in err
