@@ -97,6 +97,22 @@ def _not_an_input(out: Path, **inputs: Path | None) -> None:
                              "what it is made from; nothing was written", what="invalid arguments")
 
 
+def _not_a_build_file(out: Path, *inputs: Path | None) -> None:
+    """Refuse an --out that names one of the files build writes as one set (weights.npz,
+    data.npz, report.json) in the folder of one of the command's inputs: there it would replace
+    a file of the build's set (a certificate written over run/report.json, an export over
+    run/data.npz), and report.json would no longer name the files beside it."""
+    target = Path(os.path.realpath(out))
+    if target.name not in OUTPUTS:
+        return
+    for path in inputs:
+        if path is not None and Path(os.path.realpath(path)).parent == target.parent:
+            raise InputError(f"--out {str(out)!r} names {target.name}, one of the files build writes as one set "
+                             f"({', '.join(OUTPUTS)}) in the folder of the input {str(path)!r}: writing it there "
+                             f"would replace the build's own {target.name}; name another file "
+                             f"({str(Path(out).parent / CERTIFICATE)!r}, say)", what="invalid arguments")
+
+
 def _build_into(args, out) -> dict:
     from .build import build, capacity, heads_needed
     from .data import load_dataset, synthetic
@@ -235,6 +251,7 @@ def _cmd_export(args) -> int:
     data_file = args.data if args.data is not None else (beside / "data.npz" if (beside / "data.npz").is_file() else None)
     report = beside / "report.json"
     _not_an_input(args.out, weights=args.weights, data=data_file, report=report if report.is_file() else None)
+    _not_a_build_file(args.out, args.weights, data_file)
     check_file_target(args.out, "--out")
     data = load_dataset(data_file) if data_file is not None else None
     linked, unlinked = _report_of(report, Path(args.weights))
@@ -292,6 +309,7 @@ def _cmd_certify(args) -> int:
     inputs, folder, before = (Path(args.weights), Path(args.data)), None, None
     if args.out is not None:
         _not_an_input(args.out, weights=args.weights, data=args.data)
+        _not_a_build_file(args.out, args.weights, args.data)
         check_file_target(args.out, "--out")          # before the work, not after it
         # Beside its inputs (a build's folder), the certificate is written under that folder's
         # lock, and only if the inputs are still the files certified: a build into the folder

@@ -1,0 +1,53 @@
+"""Hostile trials of the command line and the Python API, second round: each test failed on the
+code before its fix (a silent wrong answer, a traceback, or a file clobbered without a word)."""
+
+import numpy as np
+import pytest
+
+from construct.cli import main
+from construct.data import synthetic
+from construct.io import npz_bytes
+
+
+def write(path, **arrays):
+    path.write_bytes(npz_bytes(arrays))
+    return path
+
+
+def run(argv, capsys):
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture
+def good():
+    d = synthetic("independent", T=7, n=4, d=6, d_o=2, seed=0)
+    return {"E": d.E, "X": d.X, "Y": d.Y}
+
+
+@pytest.fixture
+def small_run(tmp_path, capsys, good):
+    data = write(tmp_path / "d.npz", **good)
+    assert run(["build", data, "--out", tmp_path / "run", "--quiet"], capsys)[0] == 0
+    return tmp_path / "run"
+
+
+@pytest.mark.parametrize("name", ["report.json", "data.npz"])
+@pytest.mark.parametrize("command", ["certify", "export"])
+def test_a_single_file_output_may_not_replace_a_file_of_the_build_beside_its_inputs(tmp_path, capsys, small_run,
+                                                                                    good, name, command):
+    # `certify run/weights.npz run/data.npz --out run/report.json` replaced the build's report
+    # with a certificate (exit 0), and `certify`/`export` with the data given from elsewhere
+    # replaced run/data.npz: the folder's set (report.json names the files beside it) broke.
+    other = write(tmp_path / "other.npz", **good)
+    weights = small_run / "weights.npz"
+    before = {p.name: p.read_bytes() for p in small_run.iterdir()}
+    argv = (["certify", weights, other, "--out", small_run / name] if command == "certify" else
+            ["export", weights, "--format", "safetensors", "--data", other, "--out", small_run / name])
+    code, _, err = run(argv, capsys)
+    assert code == 2, err
+    # (export reads the report beside the weights: there it is refused as an input, as before)
+    assert name in err and ("one of the files build writes" in err or "is an input" in err), err
+    assert "Traceback" not in err
+    assert {p.name: p.read_bytes() for p in small_run.iterdir()} == before
