@@ -203,7 +203,7 @@ def real_array(name: str, value, problems: list[str]) -> np.ndarray | None:
         return None
     try:
         arr = np.asarray(value)
-    except (ValueError, TypeError) as exc:                # a ragged list, say
+    except (ValueError, TypeError, RuntimeError) as exc:  # a ragged list; a tensor that requires grad
         problems.append(f"{name}: not an array of numbers ({exc})")
         return None
     if arr.dtype == object:

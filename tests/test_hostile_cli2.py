@@ -51,3 +51,26 @@ def test_a_single_file_output_may_not_replace_a_file_of_the_build_beside_its_inp
     assert name in err and ("one of the files build writes" in err or "is an input" in err), err
     assert "Traceback" not in err
     assert {p.name: p.read_bytes() for p in small_run.iterdir()} == before
+
+
+def test_a_tensor_that_requires_grad_is_named_not_a_runtime_error(good):
+    # PyTorch refuses .numpy() on a tensor that requires grad (RuntimeError): as_dataset, forward,
+    # as_weights and kruskal_rank let that error through, where other tensors they cannot read
+    # (sparse, meta, bfloat16) are an InputError naming the array.
+    torch = pytest.importorskip("torch")
+    import construct
+    from construct.errors import InputError
+
+    data = construct.as_dataset(good["E"], good["X"], good["Y"])
+    weights = construct.build(data, 2).weights
+    grad = lambda a: torch.tensor(a, requires_grad=True)                    # noqa: E731
+    calls = {
+        "E": lambda: construct.as_dataset(grad(good["E"]), good["X"], good["Y"]),
+        "X": lambda: construct.forward(good["E"], grad(good["X"]), weights),
+        "W_K": lambda: construct.as_weights(grad(weights.W_K), weights.W_Q, weights.W_V, weights.W_O, weights.W_D),
+        "V": lambda: construct.kruskal_rank(grad(good["X"])),
+    }
+    for name, call in calls.items():
+        with pytest.raises(InputError) as exc:
+            call()
+        assert f"{name}: " in str(exc.value) and "requires grad" in str(exc.value), str(exc.value)
