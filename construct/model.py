@@ -373,14 +373,39 @@ def feature_matrix(E, X, weights: Weights, ar: Arithmetic | None = None, *, laye
 
     ``ar``: the arithmetic to evaluate in; by default the weights' own (float64, or mpmath at
     ``weights.bits``), and then ``E`` and ``X`` must be in it too.
+
+    Raises:
+        InputError: as :func:`forward`: inputs of the wrong shapes or not finite real numbers;
+            with float64 weights and ``ar`` None, float64 overflows on some examples (their
+            rows of ``Z`` would be NaN).
     """
+    public = ar is None and weights.bits is None if isinstance(weights, Weights) else False
     E, X = _public_inputs(E, X, weights, ar)
     layered = None if layered is None else flag(layered, "layered")
     if weights.prelayer is not None and layered is None:
         raise InputError(f"these weights have a pre-layer ({weights.prelayer}): pass layered=False to apply it "
                          "to E and X first (as forward does), or layered=True where E and X are its outputs "
                          "already (layer_inputs(weights, E, X))", what="invalid arguments")
-    ar = for_bits(weights.bits) if ar is None else ar
+    if public:                  # float64 in the weights' own arithmetic: overflow is judged, not warned
+        with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+            Z = _features(E, X, weights, FLOAT64, layered)
+        _refuse_overflow(~np.isfinite(Z).all(axis=1))
+        return Z
+    return _features(E, X, weights, for_bits(weights.bits) if ar is None else ar, layered)
+
+
+def _refuse_overflow(overflowed: np.ndarray) -> None:
+    """Refuse the examples where float64 overflowed in the model's evaluation (``overflowed``,
+    one flag per example): the exact model is finite there, float64 cannot say what it is."""
+    if overflowed.any():
+        raise InputError(f"float64 overflows (the logits or the outputs pass about 1.8e308) in example(s) "
+                         f"{index_list(np.flatnonzero(overflowed))}: the inputs there are far larger "
+                         "than those the weights were built for; the model is finite, but float64 cannot "
+                         "evaluate it (weights built with --precision can)", what="invalid inputs")
+
+
+def _features(E, X, weights: Weights, ar: Arithmetic, layered: bool | None):
+    """:func:`feature_matrix` on inputs already checked, in ``ar``."""
     T, d = X.shape
     with ar.working():
         if not layered:
@@ -478,12 +503,7 @@ def forward(E, X, weights: Weights, ar: Arithmetic | None = None):
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):   # judged below, not warned
         out = forward_unchecked(E, X, weights)
     if not high:
-        overflowed = ~np.isfinite(out).all(axis=1)
-        if overflowed.any():
-            raise InputError(f"float64 overflows (the logits or the outputs pass about 1.8e308) in example(s) "
-                             f"{index_list(np.flatnonzero(overflowed))}: the inputs there are far larger "
-                             "than those the weights were built for; the model is finite, but float64 cannot "
-                             "evaluate it (weights built with --precision can)", what="invalid inputs")
+        _refuse_overflow(~np.isfinite(out).all(axis=1))
     return out
 
 

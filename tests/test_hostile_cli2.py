@@ -74,3 +74,23 @@ def test_a_tensor_that_requires_grad_is_named_not_a_runtime_error(good):
         with pytest.raises(InputError) as exc:
             call()
         assert f"{name}: " in str(exc.value) and "requires grad" in str(exc.value), str(exc.value)
+
+
+def test_feature_matrix_refuses_inputs_where_float64_overflows_as_forward_does(good, recwarn):
+    # forward refused inputs far larger than the weights were built for ("float64 overflows … in
+    # example(s) …"); feature_matrix, public beside it, returned a Z of NaN with RuntimeWarnings.
+    import construct
+    from construct.errors import InputError
+
+    data = construct.as_dataset(good["E"], good["X"], good["Y"])
+    weights = construct.build(data, 2).weights
+    E, X = good["E"].copy(), good["X"].copy()
+    E[3] *= 1e300
+    X[3] *= 1e300
+    for fn in (construct.forward, construct.feature_matrix):
+        with pytest.raises(InputError) as exc:
+            fn(E, X, weights)
+        assert "float64 overflows" in str(exc.value) and "example(s) 3" in str(exc.value), fn.__name__
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+    Z = construct.feature_matrix(good["E"], good["X"], weights)             # the data itself: unchanged
+    assert np.isfinite(Z).all() and Z.shape == (7, 2 * 6)
