@@ -154,3 +154,28 @@ def test_formats_md_lists_the_reports_verification_fields(tmp_path):
     text = " ".join((ROOT / "docs" / "formats.md").read_text().split())
     listed = re.search(r"plus `verification` \(([^)]*)\)", text)
     assert listed and re.findall(r"`(\w+)`", listed.group(1)) == fields
+
+
+def test_formats_md_quotes_the_largest_scales_the_default_shape_measures():
+    # From a new user's trial: the page quoted shared contexts' largest rank scale as 14 (it is
+    # 14.5) and general position's saturating one as 7.0e2 (709.8), and one explicit bound for
+    # both rules on shared contexts (4.2e4 and 4.3e4). Each figure is the build's, to two digits.
+    import construct
+    text = " ".join((ROOT / "docs" / "formats.md").read_text().split())
+    quoted = re.search(r"Largest `c_h` at the default shape \(H = 8, n = 8, d = 16, T = 57\), measured: "
+                       r"independent contexts (\S+) \(rank\) and (\S+) \(saturating\) against (\S+) and (\S+) "
+                       r"\(explicit; [^)]*\); shared (\S+) and (\S+) against (\S+) and (\S+); general position "
+                       r"(\S+) \(no saturation needed\) and (\S+) against (\S+)\.", text)
+    assert quoted, "the paragraph on the largest scales changed its wording"
+    figures = iter(quoted.groups())
+    for kind in ("independent", "shared", "general-position"):
+        data = construct.synthetic(kind, T=57, n=8, d=16, seed=0)
+        results = {rule: construct.build(data, 8, scale=rule).heads for rule in ("rank", "saturating")}
+        measured = [max(h.scale for h in results["rank"]), max(h.scale for h in results["saturating"])]
+        explicit = [max(h.scale_explicit for h in results[rule]) for rule in ("rank", "saturating")]
+        if kind == "general-position":                  # one explicit bound quoted: both rules give it
+            assert float(f"{explicit[0]:.2g}") == float(f"{explicit[1]:.2g}")
+            explicit = explicit[:1]
+        for value in measured + explicit:
+            text_figure = next(figures)
+            assert float(text_figure) == float(f"{value:.2g}"), (kind, text_figure, value)
