@@ -136,14 +136,17 @@ def as_path(value, label: str) -> Path:
     """A path argument (``str``, ``bytes`` or ``os.PathLike``) as a :class:`~pathlib.Path`.
 
     Raises:
-        InputError: anything else (``None``, a number, an open file), or a name holding a NUL
-            character (no system takes one), naming ``label``.
+        InputError: anything else (``None``, a number, an open file), an empty name (``Path("")``
+            is the current folder: "cannot write  into '.'"), or a name holding a NUL character
+            (no system takes one), naming ``label``.
     """
     if isinstance(value, (str, bytes, os.PathLike)):
         try:
             name = os.fsdecode(value)
         except TypeError:                                   # a PathLike that returns neither
             name = None
+        if name == "":
+            raise InputError(f"{label}: an empty path names no file or folder", what="invalid arguments")
         if isinstance(name, str) and "\0" not in name:
             return Path(name)
         if isinstance(name, str):

@@ -94,3 +94,21 @@ def test_feature_matrix_refuses_inputs_where_float64_overflows_as_forward_does(g
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
     Z = construct.feature_matrix(good["E"], good["X"], weights)             # the data itself: unchanged
     assert np.isfinite(Z).all() and Z.shape == (7, 2 * 6)
+
+
+def test_an_empty_path_is_named_as_empty_at_every_python_door(good, tmp_path, monkeypatch):
+    # Path("") is Path("."): weights.save("") said "cannot write  into '.': a folder of that name
+    # is in the way" (an OutputError naming no file, after writing a temporary file into the
+    # current folder), load_dataset("") "dataset file '.' does not exist or is not a file".
+    import construct
+    from construct.errors import InputError
+
+    monkeypatch.chdir(tmp_path)
+    data = construct.as_dataset(good["E"], good["X"], good["Y"])
+    result = construct.build(data, 2)
+    for call in (lambda: result.weights.save(""), lambda: data.save(b""), lambda: result.save(""),
+                 lambda: construct.load_dataset(""), lambda: construct.load_weights("")):
+        with pytest.raises(InputError) as exc:
+            call()
+        assert "empty path" in str(exc.value), str(exc.value)
+    assert list(tmp_path.iterdir()) == []
