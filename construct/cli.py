@@ -768,6 +768,8 @@ class _Stdout:
                 return self._stream.write(text)
             except BrokenPipeError:
                 self._reader_gone()
+            except OSError as exc:                     # a full disk (`> /dev/full`), an I/O error
+                raise self._failed(exc) from None
         return len(text)
 
     def flush(self) -> None:
@@ -776,6 +778,15 @@ class _Stdout:
                 self._stream.flush()
             except BrokenPipeError:
                 self._reader_gone()
+            except OSError as exc:
+                raise self._failed(exc) from None
+
+    def _failed(self, exc: OSError) -> OutputError:
+        """Standard output refused a write: the message names it, and what the command had put in
+        place by then (a build's folder, a certificate), which stays."""
+        self._gone = True                              # nothing more is written there
+        code = f" [Errno {exc.errno}]" if exc.errno else ""
+        return OutputError(f"cannot write to standard output: {exc.strerror or exc}{code}; {_what_was_written()}")
 
     def _reader_gone(self) -> None:
         self._gone = True
@@ -811,7 +822,10 @@ def _main(argv: list[str] | None) -> int:
     if saved is not None:                     # None where fd 1 is closed (`>&-`): print writes nothing
         sys.stdout = _Stdout(saved)
     try:
-        return args.run(args)
+        code = args.run(args)
+        if sys.stdout is not None:
+            sys.stdout.flush()                # a full disk under stdout is named here, not lost
+        return code
     except (InputError, OutputError) as exc:
         print(f"mha-construct {args.command}: error: {exc}", file=sys.stderr)
         return 2
@@ -829,7 +843,10 @@ def _main(argv: list[str] | None) -> int:
         return 130
     finally:
         if sys.stdout is not None:
-            sys.stdout.flush()
+            try:
+                sys.stdout.flush()
+            except OSError:                   # named above where it could be; the code is given
+                pass
         sys.stdout = saved
 
 

@@ -1,6 +1,10 @@
 """Hostile trials of the command line and the Python API, second round: each test failed on the
 code before its fix (a silent wrong answer, a traceback, or a file clobbered without a word)."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -112,3 +116,30 @@ def test_an_empty_path_is_named_as_empty_at_every_python_door(good, tmp_path, mo
             call()
         assert "empty path" in str(exc.value), str(exc.value)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("command", ["build", "certify", "export", "verify"])
+def test_a_full_stdout_is_named_with_what_was_already_written(tmp_path, good, command):
+    # A hostile trial: with stdout on a full disk (`> /dev/full`), every command said only
+    # "error: [Errno 28] No space left on device" (exit 2), naming neither stdout nor the files
+    # it had already put in place: build's folder, certify's certificate, export's file were
+    # written, while the docs promise that a failed build writes nothing.
+    data = write(tmp_path / "d.npz", **good)
+    subprocess.run([sys.executable, "-m", "construct", "build", str(data), "--out", str(tmp_path / "run"), "--quiet"],
+                   check=True, capture_output=True, timeout=300)
+    weights, beside = str(tmp_path / "run" / "weights.npz"), str(tmp_path / "run" / "data.npz")
+    argv, target = {"build": (["build", str(data), "--out", str(tmp_path / "new")], tmp_path / "new"),
+                    "certify": (["certify", weights, beside, "--out", str(tmp_path / "c.json")], tmp_path / "c.json"),
+                    "export": (["export", weights, "--format", "safetensors", "--out", str(tmp_path / "m.st")],
+                               tmp_path / "m.st"),
+                    "verify": (["verify", weights, beside], None)}[command]
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "construct", *argv], stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "standard output" in proc.stderr and "No space left" in proc.stderr, proc.stderr
+    if target is None:
+        assert "nothing written" in proc.stderr, proc.stderr
+    else:
+        assert target.exists() and f"already written: {target}" in proc.stderr, proc.stderr
