@@ -249,6 +249,10 @@ def _cmd_export(args) -> int:
     weights = load_weights(args.weights)
     beside = Path(args.weights).parent
     data_file = args.data if args.data is not None else (beside / "data.npz" if (beside / "data.npz").is_file() else None)
+    if args.tol is not None and data_file is None:   # an option with nothing to apply to is refused, not ignored
+        raise InputError(f"--tol is the tolerance of the check on a dataset, and there is none: give --data "
+                         f"(no data.npz lies beside {str(args.weights)!r}), or leave --tol out",
+                         what="invalid arguments")
     report = beside / "report.json"
     _not_an_input(args.out, weights=args.weights, data=data_file, report=report if report.is_file() else None)
     _not_a_build_file(args.out, args.weights, data_file)
@@ -646,7 +650,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="the file's number type (default float64: the weights' own values)")
     e.add_argument("--data", type=_path, help="dataset to evaluate the export on (default: data.npz beside the weights)")
     e.add_argument("--tol", type=_number, help="tolerance of the labels check, relative as verify's "
-                                             "(default 1e-8 for float64, 1e-4 for float32)")
+                                             "(default 1e-8 for float64, 1e-4 for float32); refused where "
+                                             "there is no dataset to check")
     e.set_defaults(run=_cmd_export)
 
     k = sub.add_parser("capacity", help="sweep H, n or d_h: bound, certified examples, generic rank of Z",

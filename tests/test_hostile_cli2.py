@@ -143,3 +143,18 @@ def test_a_full_stdout_is_named_with_what_was_already_written(tmp_path, good, co
         assert "nothing written" in proc.stderr, proc.stderr
     else:
         assert target.exists() and f"already written: {target}" in proc.stderr, proc.stderr
+
+
+def test_export_refuses_a_tolerance_it_has_no_dataset_to_apply_to(tmp_path, capsys, small_run):
+    # A hostile trial: with no dataset (no --data, no data.npz beside the weights), `export --tol
+    # 1e-3` wrote the file and said "not evaluated": the option was ignored without a word, where
+    # capacity refuses an option it would ignore.
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    (lone / "weights.npz").write_bytes((small_run / "weights.npz").read_bytes())
+    code, _, err = run(["export", lone / "weights.npz", "--format", "safetensors", "--out", lone / "m.st",
+                        "--tol", "1e-3"], capsys)
+    assert code == 2 and "--tol" in err and "--data" in err, err
+    assert sorted(p.name for p in lone.iterdir()) == ["weights.npz"]
+    code, out, err = run(["export", lone / "weights.npz", "--format", "safetensors", "--out", lone / "m.st"], capsys)
+    assert code == 0 and "not evaluated" in out, err                  # without --tol, as before
