@@ -246,13 +246,13 @@ def _cmd_export(args) -> int:
 
     if args.tol is not None:                       # named as the option, before any file is read
         tolerance(args.tol, "--tol")
-    weights = load_weights(args.weights)
     beside = Path(args.weights).parent
     data_file = args.data if args.data is not None else (beside / "data.npz" if (beside / "data.npz").is_file() else None)
     if args.tol is not None and data_file is None:   # an option with nothing to apply to is refused, not ignored
         raise InputError(f"--tol is the tolerance of the check on a dataset, and there is none: give --data "
                          f"(no data.npz lies beside {str(args.weights)!r}), or leave --tol out",
                          what="invalid arguments")
+    weights = load_weights(args.weights)
     report = beside / "report.json"
     _not_an_input(args.out, weights=args.weights, data=data_file, report=report if report.is_file() else None)
     _not_a_build_file(args.out, args.weights, data_file)
