@@ -190,6 +190,9 @@ def _one_sweep(rows, vary: str) -> None:
 
 
 def _draw(plt, rows: list[dict], vary: str, kind: str) -> bytes:
+    # Each curve runs through its points in the order of the swept value, whatever order the values
+    # were given in (16, 2, 8 would draw a segment from 16 back to 2, across the point at 8).
+    rows = sorted(rows, key=lambda r: r[vary])
     fig, ax = plt.subplots(figsize=(6, 4), constrained_layout=True)
     x = [r[vary] for r in rows]
     # The bound as a wide light band under the measured curves, so that it shows where they meet it.

@@ -273,3 +273,18 @@ def test_the_commands_defaults_are_the_sweeps(capsys, monkeypatch):
     text = " ".join(capsys.readouterr().out.split())
     for option, name in (("--heads", "H"), ("--context", "n"), ("--dim", "d")):
         assert re.search(rf"{option} \S+ .*?\(default {defaults[name]}\)", text), option
+
+
+def test_a_plot_draws_the_points_in_the_order_of_the_swept_value(tmp_path):
+    # A review trial: --vary n --values 16 2 8 drew the curves through the points in the order
+    # given, 16 → 2 → 8, so the random-weights curve was a triangle (a segment from n = 16 straight
+    # to n = 2 across the point at n = 8). The figure of unsorted values is that of sorted ones.
+    pytest.importorskip("matplotlib")
+    points = {2: _row(n=2, d_h=2, bound=5, certified=5, generic_T=10, generic_rank=10),
+              8: _row(n=8, d=16, d_h=8, bound=29, certified=29, generic_T=58, generic_rank=58),
+              16: _row(n=16, d=16, d_h=16, bound=61, certified=61, generic_T=64, generic_rank=64)}
+    for r in points.values():
+        r["d"] = 16
+    plot([points[16], points[2], points[8]], "n", tmp_path / "given.svg")
+    plot([points[2], points[8], points[16]], "n", tmp_path / "sorted.svg")
+    assert (tmp_path / "given.svg").read_bytes() == (tmp_path / "sorted.svg").read_bytes()
