@@ -18,12 +18,31 @@ import time
 import numpy as np
 
 
+def _positive(text: str) -> int:
+    """A command-line integer ≥ 1 (0 steps or heads, or fewer, are refused by argparse in one line)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=5000)
-    p.add_argument("--heads", type=int, nargs="+", default=[8, 16, 32])
+    p.add_argument("--steps", type=_positive, default=5000)
+    p.add_argument("--heads", type=_positive, nargs="+", default=[8, 16, 32])
     args = p.parse_args(argv)
 
+    from construct.errors import InputError
+    try:
+        return _run(args)
+    except InputError as exc:                      # a problem too large for the memory, say: one line
+        p.exit(2, f"{p.prog}: error: {exc}\n")
+
+
+def _run(args) -> int:
     from construct import build, synthetic, verify
     from construct.baselines import gradient_descent
 

@@ -111,3 +111,22 @@ def test_a_model_too_large_for_memory_is_refused_before_it_is_allocated():
     data = synthetic("independent", T=9, n=3, d=4, seed=0)
     with pytest.raises(InputError, match="memory"):
         gradient_descent(data, 10**9, steps=1)
+
+
+@pytest.mark.parametrize("argv, says", [(["--steps", "0"], "--steps"), (["--steps", "-5"], "--steps"),
+                                        (["--heads", "0"], "--heads"), (["--heads", "-1"], "--heads"),
+                                        (["--heads", "1000000000"], "memory")])
+def test_the_benchmark_refuses_its_options_in_one_line(argv, says, capsys):
+    # A review trial: bench_vs_gd.py --steps 0 (or --heads 0) ended in a traceback of the library's
+    # InputError, exit 1, and --heads -1 was reported as "examples T must be an integer ≥ 1, got -6".
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_vs_gd.py"
+    spec = importlib.util.spec_from_file_location("bench_vs_gd", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    with pytest.raises(SystemExit) as stop:
+        bench.main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and says in err and "Traceback" not in err
+    assert len([line for line in err.splitlines() if "error" in line]) == 1
