@@ -5,7 +5,8 @@ Adam at ``lr = 1e-3``; a linear warm-up over the first 5% of the steps from 1% o
 cosine decay to 0; Xavier-uniform initialization of each head's ``W_Q``, ``W_K``, ``W_V`` and of
 ``W_O`` (and of ``W_D``, their decoder having its own init and a bias we do not have); their
 logits are divided by ``sqrt(d)``, so our ``W_K`` starts at their Xavier draw divided by
-``sqrt(d)``. Here the batch is the whole dataset, the arithmetic float64 and the loss the mean
+``sqrt(d)``, and Adam steps it at ``lr / sqrt(d)`` (with ``eps · sqrt(d)``): exactly their steps
+on their key map. Here the batch is the whole dataset, the arithmetic float64 and the loss the mean
 squared error (our labels are real vectors).
 
 :func:`gradient_descent` records, for each target error, the step and the wall time at which
@@ -123,7 +124,13 @@ def gradient_descent(data: Dataset, heads: int, *, head_dim: int | None = None, 
             _xavier(model.W_D, generator)
     E, X, Y = (torch.from_numpy(np.array(a)) for a in (data.E, data.X, data.Y))
     if optimizer == "adam":
-        opt = torch.optim.Adam(model.parameters(), lr=lr)
+        # Adam on the authors' key map W_K' = sqrt(d) W_K (their logits divide by sqrt(d)). Their
+        # gradient is ours divided by sqrt(d), and Adam's step does not scale with its parameter:
+        # at lr and eps on our W_K it would move the keys sqrt(d) times faster than their training
+        # does. Their steps, exactly, are ours at lr / sqrt(d) with eps · sqrt(d).
+        c = math.sqrt(d)
+        rest = [p for name, p in model.named_parameters() if name != "W_K"]
+        opt = torch.optim.Adam([{"params": rest}, {"params": [model.W_K], "lr": lr / c, "eps": 1e-8 * c}], lr=lr)
         warm = max(1, steps // 20)
         schedule = torch.optim.lr_scheduler.SequentialLR(opt, [
             torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.01, end_factor=1.0, total_iters=warm),
