@@ -1,7 +1,7 @@
 """Real and realistic datasets, offline (``mha-construct build --dataset NAME``).
 
 - :func:`digits`: the 8×8 handwritten digits that scikit-learn ships (the ``[data]`` extra), as
-  ViT-style patch tokens: each image cut into ``(8/p)²`` patches of ``p × p`` pixels (pixel values
+  ViT-style patch tokens: each image cut into four patches of ``4 × 4`` pixels (pixel values
   divided by 16), one token per patch, with the sinusoidal positional encoding added by default;
   the query is the mean token (``query="mean"``) or one fixed CLS token for every image
   (``query="cls"``: the queries are then all equal and A1 fails); the label is the digit.
@@ -33,14 +33,23 @@ NAMES = ("digits", "tokens")
 def digits(count: int = 301, *, patch: int = 4, positional: bool = True, query: str = "mean") -> Dataset:
     """The first ``count`` of scikit-learn's 1,797 digits as patch tokens (module docstring).
 
+    ``patch``: the side of the square patches, 4 (the only size Theorem 1 takes: 1 and 2, which
+    also divide 8, give more tokens than dimensions and fewer outputs than classes).
+
     Raises:
-        InputError: scikit-learn is not installed, ``count`` is out of range, ``patch`` does not
-            divide 8, or an unknown ``query``.
+        InputError: scikit-learn is not installed, ``count`` is out of range, ``patch`` is not 4,
+            or an unknown ``query``.
     """
     count, patch = integer(count, "count"), integer(patch, "patch")
     positional = flag(positional, "positional")
-    if 8 % patch or patch == 8:
-        raise InputError(f"patch must divide 8 and be smaller than 8 (1, 2 or 4), got {patch}", what="invalid option")
+    if patch in (1, 2):                    # they divide 8, but Theorem 1 takes neither
+        n, d = (8 // patch) ** 2, patch * patch
+        raise InputError(f"patch {patch}: {patch}×{patch} patches give {n} tokens of {d} values, more tokens than "
+                         f"dimensions (A2 needs n ≤ d) and at most {d} outputs for the 10 digit classes; patch 4 "
+                         "(4 tokens of 16 values) is the size the construction takes", what="invalid option")
+    if patch != 4:
+        raise InputError(f"patch: the images are 8×8 and cut into 4×4 patches (patch 4), got {patch}",
+                         what="invalid option")
     if not isinstance(query, str) or query not in ("mean", "cls"):
         raise InputError(f"query must be mean or cls, got {query!r}", what="invalid option")
     try:

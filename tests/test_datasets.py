@@ -97,3 +97,12 @@ def test_a_token_dataset_beyond_memory_is_refused_before_it_is_drawn():
     with pytest.raises(InputError, match="memory"):
         tokens(10 ** 11, n=8, d=16)
     assert time.perf_counter() - start < 5
+
+
+@pytest.mark.parametrize("patch", [1, 2])
+def test_digits_refuse_patches_whose_tokens_cannot_be_built_naming_patch(patch):
+    # A review: patch 1 and 2 were advertised, but give (8/p)² = 64 or 16 tokens of p² = 1 or 4
+    # values (n > d, A2 fails) and at most d = p² outputs for 10 classes; the refusal came from the
+    # dataset checks ("labels: 10 classes need d_o = 10 outputs…") and named no patch.
+    with pytest.raises(InputError, match=rf"patch {patch}: .*{(8 // patch) ** 2} tokens of {patch * patch} values"):
+        datasets.digits(50, patch=patch)
