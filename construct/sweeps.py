@@ -10,9 +10,13 @@ For each point of a sweep over ``H``, ``n`` or ``d_h`` (one context kind):
   memorization proven by :func:`construct.certify.certify`) at ``T = bound``: the bound itself
   when both are proven, else 0; one more example is refused (over capacity);
 - ``generic_rank``: ``rank Z`` for random Gaussian weights (``W_K``, ``W_Q`` scaled by
-  ``1/sqrt(d)``) on ``T = min(2·bound, H·d)`` examples of the same kind: what attention with
+  ``1/sqrt(d)``) on ``T = min(2·(H(n − 1) + 1), H·d)`` examples of the same kind (twice
+  Proposition 2's ceiling, also where ``d_h < n`` makes the bound smaller): what attention with
   generic weights separates. On shared contexts it stays at or below ``H(n − 1) + 1``
   (Proposition 2); on independent contexts it can exceed the bound: the paper's open question.
+  It is float64's numerical rank (:func:`construct.arith.numerical_rank`), which can lie far
+  below the rank in exact arithmetic where random features nearly coincide (``d = 2`` and
+  hundreds of heads, say).
 
 Results are plain rows (:func:`sweep`), written as CSV or JSON, and drawn with matplotlib (the
 ``[plot]`` extra) by :func:`plot`.
@@ -56,7 +60,7 @@ def point(kind: str, H: int, n: int, d: int, d_h: int, seed: int = 0) -> dict:
     result = build(data, H, head_dim=d_h, seed=seed)
     cert = certify(result.weights, data)
     proven = cert.claims["rank"].get("proven") and cert.claims["memorization"].get("proven")
-    generic_T = min(2 * bound, H * d)
+    generic_T = min(2 * bound_of(H, n, n), H * d)        # twice Proposition 2's ceiling, whatever d_h
     probe = synthetic(kind, T=generic_T, n=n, d=d, seed=seed + 1)
     rng = np.random.default_rng(seed)
     w = Weights(rng.standard_normal((H, d, d_h)) / np.sqrt(d), rng.standard_normal((H, d, d_h)) / np.sqrt(d),

@@ -288,3 +288,16 @@ def test_a_plot_draws_the_points_in_the_order_of_the_swept_value(tmp_path):
     plot([points[16], points[2], points[8]], "n", tmp_path / "given.svg")
     plot([points[2], points[8], points[16]], "n", tmp_path / "sorted.svg")
     assert (tmp_path / "given.svg").read_bytes() == (tmp_path / "sorted.svg").read_bytes()
+
+
+def test_the_generic_probe_can_reach_proposition_2s_ceiling_below_d_h_equal_n():
+    # A review: the probe took min(2·bound, H·d) rows with the construction's bound H(d_h − 1) + 1,
+    # so at d_h < n it showed "10 of 10" and could never show where random weights stop (on
+    # shared contexts, at most H(n − 1) + 1 whatever d_h: Proposition 2).
+    H, n, d = 2, 4, 8
+    ceiling = H * (n - 1) + 1
+    for r in sweep("d_h", [2], H=H, n=n, d=d, kind="shared") + sweep("d_h", [2], H=H, n=n, d=d):
+        assert r["bound"] == 3 and r["generic_T"] == min(2 * ceiling, H * d)
+        assert r["bound"] < r["generic_rank"]
+        if r["kind"] == "shared":
+            assert r["generic_rank"] <= ceiling
