@@ -18,7 +18,7 @@ import tracemalloc
 
 import numpy as np
 
-from _timing import interleaved
+from _timing import interleaved, positive
 
 from construct import build, synthetic, verify
 from construct.arith import FLOAT64
@@ -35,11 +35,11 @@ def peak_mib(fn) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--heads", type=int, nargs="+", default=[8, 32, 64])
-    p.add_argument("--kind", nargs="+", default=["independent", "shared"])
-    p.add_argument("--context", type=int, default=32)
-    p.add_argument("--dim", type=int, default=64)
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--heads", type=positive, nargs="+", default=[8, 32, 64])
+    p.add_argument("--kind", nargs="+", choices=["independent", "shared"], default=["independent", "shared"])
+    p.add_argument("--context", type=positive, default=32)
+    p.add_argument("--dim", type=positive, default=64)
+    p.add_argument("--repeat", type=positive, default=3)
     args = p.parse_args()
     n, d = args.context, args.dim
     print(f"n = {n}, d = {d}; best of {args.repeat} rounds, timed in turn; floor = one forward pass + one QR of Z; "

@@ -14,7 +14,7 @@ import argparse
 
 import numpy as np
 
-from _timing import interleaved
+from _timing import interleaved, positive, triple
 
 from construct import build, capacity, synthetic
 from construct.certify import certify
@@ -23,14 +23,13 @@ from construct.model import feature_matrix
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--problems", nargs="+", default=["2,8,16", "4,8,16", "8,8,16", "64,32,64"],
+    p.add_argument("--problems", nargs="+", type=triple, default=[(2, 8, 16), (4, 8, 16), (8, 8, 16), (64, 32, 64)],
                    help="H,n,d triples")
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--repeat", type=positive, default=3)
     args = p.parse_args()
     print(f"certify vs one SVD of Z (values only); best of {args.repeat} rounds, timed in turn")
     print(f"{'H':>4}{'n':>4}{'d':>4}{'T':>6}{'certify s':>11}{'svd s':>10}{'ratio':>9}  result")
-    for spec in args.problems:
-        H, n, d = (int(v) for v in spec.split(","))
+    for H, n, d in args.problems:
         T = capacity(H, n, n)
         data = synthetic("independent", T=T, n=n, d=d, seed=0)
         weights = build(data, H, precision="float64").weights

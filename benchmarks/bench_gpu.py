@@ -18,11 +18,13 @@ import argparse
 import sys
 import time
 
+from _timing import positive, positive_seconds
+
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--heads", type=int, nargs="+", default=[64, 256, 512, 1024, 1613])
-    p.add_argument("--max-seconds", type=float, default=3000.0)
+    p.add_argument("--heads", type=positive, nargs="+", default=[64, 256, 512, 1024, 1613])
+    p.add_argument("--max-seconds", type=positive_seconds, default=3000.0)
     p.add_argument("--no-certify", action="store_true", help="skip certify (on the CPU)")
     args = p.parse_args(argv)
 

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from _timing import positive
+
 
 def _stage(name: str, folder: Path, kind: str, H: int, n: int, d: int) -> dict:
     """Run one stage in this process; returns its time, peak memory and findings."""
@@ -94,11 +96,11 @@ def _best(runs: list[dict]) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--heads", type=int, nargs="+", default=[64, 256])
-    p.add_argument("--kind", nargs="+", default=["independent", "shared"])
-    p.add_argument("--context", type=int, default=32)
-    p.add_argument("--dim", type=int, default=64)
-    p.add_argument("--repeat", type=int, default=1, help="rounds of the four stages (best time of each)")
+    p.add_argument("--heads", type=positive, nargs="+", default=[64, 256])
+    p.add_argument("--kind", nargs="+", choices=["independent", "shared"], default=["independent", "shared"])
+    p.add_argument("--context", type=positive, default=32)
+    p.add_argument("--dim", type=positive, default=64)
+    p.add_argument("--repeat", type=positive, default=1, help="rounds of the four stages (best time of each)")
     p.add_argument("--stage", help=argparse.SUPPRESS)
     p.add_argument("--folder", help=argparse.SUPPRESS)
     args = p.parse_args()

@@ -17,22 +17,13 @@ import time
 
 import numpy as np
 
-
-def _positive(text: str) -> int:
-    """A command-line integer ≥ 1 (0 steps or heads, or fewer, are refused by argparse in one line)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
+from _timing import positive
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=_positive, default=5000)
-    p.add_argument("--heads", type=_positive, nargs="+", default=[8, 16, 32])
+    p.add_argument("--steps", type=positive, default=5000)
+    p.add_argument("--heads", type=positive, nargs="+", default=[8, 16, 32])
     args = p.parse_args(argv)
 
     from construct.errors import InputError

@@ -116,12 +116,13 @@ def test_a_model_too_large_for_memory_is_refused_before_it_is_allocated():
 @pytest.mark.parametrize("argv, says", [(["--steps", "0"], "--steps"), (["--steps", "-5"], "--steps"),
                                         (["--heads", "0"], "--heads"), (["--heads", "-1"], "--heads"),
                                         (["--heads", "1000000000"], "memory")])
-def test_the_benchmark_refuses_its_options_in_one_line(argv, says, capsys):
+def test_the_benchmark_refuses_its_options_in_one_line(argv, says, capsys, monkeypatch):
     # A review trial: bench_vs_gd.py --steps 0 (or --heads 0) ended in a traceback of the library's
     # InputError, exit 1, and --heads -1 was reported as "examples T must be an integer ≥ 1, got -6".
     import importlib.util
     from pathlib import Path
     path = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_vs_gd.py"
+    monkeypatch.syspath_prepend(str(path.parent))              # its helpers, as a script finds them
     spec = importlib.util.spec_from_file_location("bench_vs_gd", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
