@@ -215,6 +215,25 @@ def test_lemma1_does_not_call_a_true_instance_contradicted_across_scales():
     assert proofs.lemma1.check([[1.0]], [[2.0]], [[1]]).confirmed
 
 
+def test_lemma1_a_true_instance_beyond_float64_s_resolution_is_undecided_not_contradicted():
+    # [[1, b], [0, 1]] has rank 2 = 1 + 1 for every b (determinant 1), but its smallest singular
+    # value, about 1/b, falls below M's rank tolerance 2·ε·b from b ≈ 7e7 on: float64 sees rank 1.
+    # Every block's own singular value (1) is far above that tolerance; the check called the
+    # lemma CONTRADICTED there.
+    for b in (1e8, 1e10, 1e15, 1e300):
+        r = proofs.lemma1.check([[1.0]], [[b]], [[1.0]])
+        assert r.applies and r.conclusion is None and not r.quantities["ranks_visible"], (b, str(r))
+    assert proofs.lemma1.check([[1.0]], [[1e3]], [[1.0]]).confirmed       # where float64 sees it, it says so
+
+
+@given(seeds, st.integers(1, 4), st.integers(1, 4), st.integers(1, 4), st.integers(1, 4), st.floats(0, 20))
+def test_lemma1_never_contradicts_a_true_instance_whatever_the_scale_of_b(seed, p, q, r_, s, exponent):
+    rng = np.random.default_rng(seed)
+    A, C = _low_rank(rng, p, q), _low_rank(rng, s, r_)
+    r = proofs.lemma1.check(A, 10.0 ** exponent * rng.standard_normal((p, r_)), C)
+    assert not r.contradicted, str(r)
+
+
 def _low_rank(rng, m, k):
     rank = rng.integers(0, min(m, k) + 1)
     return rng.standard_normal((m, rank)) @ rng.standard_normal((rank, k))
