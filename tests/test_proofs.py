@@ -309,6 +309,29 @@ def test_lemma5_weyl(seed, m, k, frac):
     assert r.confirmed or (r.quantities["rank_A"] == 0 and r.failed), str(r)
 
 
+def test_lemma5_a_true_instance_float64_cannot_resolve_is_undecided_not_contradicted():
+    # ‖A − B‖₂ = 1e-10 − 3e-16 < σ_min⁺(A) = 1e-10, and B = diag(1, 3e-16) has rank 2 = rank A, as
+    # Weyl says; but 3e-16 is below B's rank tolerance 2·ε: float64 sees rank 1. The check
+    # called the lemma CONTRADICTED; Weyl's own bound σ⁺(A) − ‖A − B‖₂ = 3e-16 is what float64
+    # cannot resolve.
+    r = proofs.lemma5.check(np.diag([1.0, 1e-10]), np.diag([1.0, 3e-16]))
+    assert r.applies and r.conclusion is None and "undecided" in str(r), str(r)
+    assert proofs.lemma5.check(np.diag([1.0, 1e-10]), np.diag([1.0, 5e-11])).confirmed
+
+
+@given(seeds, st.integers(1, 5), st.integers(1, 5), st.floats(0.0, 20.0))
+def test_lemma5_never_contradicts_a_true_instance_at_the_edge_of_its_hypothesis(seed, m, k, e):
+    # B shrinks A's smallest singular value by a factor 10^-e: ‖A − B‖₂ = σ⁺(A)(1 − 10^-e), just
+    # inside the (strict) hypothesis, and Weyl's bound on σ_r(B) goes down to float64's rounding.
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((m, k))
+    U, sv, Vt = np.linalg.svd(A, full_matrices=False)
+    t = sv.copy()
+    t[-1] = sv[-1] * 10.0 ** -e
+    r = proofs.lemma5.check(A, (U * t) @ Vt)
+    assert not r.contradicted, str(r)
+
+
 @given(seeds, st.integers(1, 4), st.integers(1, 4))
 def test_lemma5_without_its_hypothesis_the_rank_can_drop(seed, m, k):
     # B drops A's smallest singular value and doubles the rest: ‖A − B‖₂ = max(σ_min, σ_max) ≥
