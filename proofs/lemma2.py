@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from construct.arith import numerical_rank, rank_tol
+from construct.arith import EPS, numerical_rank, rank_tol
 from construct.errors import InputError
 
 from .check import Check, arrays, one_blas_thread, real
@@ -27,9 +27,10 @@ def check(V: np.ndarray, alpha: float = 1.0) -> Check:
     """Lemma 2 for the rows of ``V`` (n, d) and the weight ``alpha``.
 
     No conclusion where the lemma's own lower bound ``min(1, |1 + α|)·σ_min(V)`` on the shifted
-    rows' smallest singular value lies below their rank tolerance: float64 cannot see that the
-    shift keeps them independent (``α`` within about ``u`` of −1, or so large that rounding
-    ``α·mean`` swamps ``V``).
+    rows' smallest singular value, less the rounding of forming them and of both SVDs, lies
+    below their rank tolerance: float64 cannot see that the shift keeps them independent (``α``
+    within about ``u`` of −1, so large that rounding ``α·mean`` swamps ``V``, or ``σ_min(V)``
+    itself near the tolerance).
 
     Raises:
         InputError: ``V`` not an array of finite real numbers or without rows; ``alpha`` not a
@@ -56,5 +57,12 @@ def check(V: np.ndarray, alpha: float = 1.0) -> Check:
          "sigma_min_shifted": float(s_W[-1]) if n <= V.shape[1] else 0.0,
          "sigma_min_factor": factor, "rank_tolerance": tol}
     # What the lemma guarantees, above rounding; at α = −1 the rank does drop, and the check shows it.
-    visible = alpha == -1.0 or factor * sigma_V > tol
+    # The rounding: σ_min(V)'s SVD error, forming W (the mean's n terms, the product by α and the
+    # sum, entry by entry) and W's SVD error.
+    mean_abs = np.abs(V).mean(axis=0, keepdims=True)
+    with np.errstate(over="ignore"):                 # inf at α near float64's top: undecided
+        formed = float(np.linalg.norm((n + 2) * EPS * (np.abs(V) + abs(alpha) * mean_abs)))
+    rounding = factor * rank_tol(float(s_V[0]), V.shape) + formed + rank_tol(float(s_W[0]), W.shape)
+    q["rounding"] = rounding
+    visible = alpha == -1.0 or factor * sigma_V - rounding > tol
     return Check(STATEMENT, hyp, rank_W == n if visible else None, q)

@@ -248,6 +248,34 @@ def test_lemma2_mean_shift_keeps_independence(seed, n, extra, alpha):
     assert q["sigma_min_shifted"] >= q["sigma_min_factor"] * q["sigma_min_V"] * (1 - 1e-9)
 
 
+def test_lemma2_rows_whose_shift_float64_cannot_resolve_are_undecided_not_contradicted():
+    # Found in review: σ_min(V) = 3.4e-15 and the exact shifted rows' σ_min = 3.6e-15, both above
+    # the rank tolerance 3.19e-15; rounding V + mean(V) and its SVD took the computed σ_min to
+    # 3.13e-15, and the lemma was called CONTRADICTED.
+    V = [[0.1848484152118282, -2.17524630595259, -0.2612932625694376],
+         [0.07971443895883436, -0.9380580227187049, -0.1126806838218084]]
+    r = proofs.lemma2.check(V, 1.0)
+    assert r.applies and r.conclusion is None and not r.contradicted, str(r)
+
+
+@given(seeds, st.integers(2, 5), st.integers(0, 2), st.sampled_from([1.0, 7.0, -0.5, -3.0, 1e3, 1e6, -1e6]),
+       st.floats(1e-3, 0.2))
+def test_lemma2_never_contradicts_independent_rows_near_the_rank_tolerance(seed, n, extra, alpha, above):
+    # V's smallest singular value a little above what the lemma's bound needs to clear the
+    # shifted rows' rank tolerance: the lemma holds, and float64 may or may not see it.
+    from construct.arith import rank_tol
+    rng = np.random.default_rng(seed)
+    d = n + extra
+    U, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    R, _ = np.linalg.qr(rng.standard_normal((d, n)))
+    sv = np.sort(10 ** rng.uniform(-1, 1, n))[::-1]
+    V0 = (U * sv) @ R.T
+    scale = max(np.linalg.svd(proofs.lemma2.shifted(V0, alpha), compute_uv=False)[0], sv[0] * (1 + abs(alpha)))
+    sv[-1] = rank_tol(scale, (n, d)) / min(1.0, abs(1 + alpha)) * (1 + above)
+    r = proofs.lemma2.check((U * sv) @ R.T, alpha)
+    assert not r.contradicted, str(r)
+
+
 @given(seeds, st.integers(2, 5))
 def test_lemma2_alpha_minus_one_breaks_it(seed, n):
     r = proofs.lemma2.check(np.random.default_rng(seed).standard_normal((n, n + 1)), -1.0)
