@@ -31,7 +31,9 @@ def check(X_S: np.ndarray, E_A: np.ndarray, X_A: np.ndarray, *, a: np.ndarray | 
     Checks the given separator ``(a, b)``, or draws one with :func:`rank_one_separator`.
 
     Returns:
-        A :class:`Check` whose quantities hold ``a``, ``b``, ``j_star`` and the gaps ``delta``.
+        A :class:`Check` whose quantities hold ``a``, ``b``, ``j_star`` and the gaps ``delta``;
+        no conclusion (undecided) where the rounding of ``E^(t) a`` or ``b·x^(t)`` could hide a
+        tie of the exact entries.
     """
     X_S, E_A, X_A = arrays(X_S=(X_S, "m d"), E_A=(E_A, "p n d"), X_A=(X_A, "p d"))
     seed = integer(seed, "seed", 0)
@@ -59,8 +61,7 @@ def check(X_S: np.ndarray, E_A: np.ndarray, X_A: np.ndarray, *, a: np.ndarray | 
         srt = np.sort(g, axis=1)
         gaps = np.diff(srt, axis=1)
         min_gap = float(gaps.min())
-        # Entries count as distinct when they differ by more than their rounding.
-        distinct = bool(np.all(gaps > n * EPS * np.abs(srt).max(axis=1, keepdims=True)))
+        distinct = _distinct(E_A, X_A, a, b)
         j_star, delta = np.argmax(g, axis=1), srt[:, -1] - srt[:, -2]
     else:
         min_gap, distinct = float("inf"), True
@@ -68,4 +69,28 @@ def check(X_S: np.ndarray, E_A: np.ndarray, X_A: np.ndarray, *, a: np.ndarray | 
     q = {"zero_residual": zero_residual, "zero_tol": zero_tol, "min_pairwise_gap": min_gap,
          "delta_min": float(delta.min()) if delta.size else float("inf"),
          "a": a, "b": b, "j_star": j_star, "delta": delta}
-    return Check(STATEMENT, hyp, bool(zero_residual <= zero_tol and distinct), q)
+    if not zero_residual <= zero_tol:
+        return Check(STATEMENT, hyp, False, q)
+    return Check(STATEMENT, hyp, distinct, q)
+
+
+def _distinct(E_A: np.ndarray, X_A: np.ndarray, a: np.ndarray, b: np.ndarray) -> bool | None:
+    """Whether every example's ``E^(t) a (b·x^(t))`` has pairwise distinct entries in exact
+    arithmetic: the factors ``E^(t) a`` distinct and ``b·x^(t) ≠ 0``. Each dot product of ``d``
+    terms is within ``d ε`` times its sum of absolute terms of the computed one, so the answer
+    is decided where the computed values are farther apart (from each other, from 0) than those
+    bounds (True), or where entries that tie are exactly 0 (False). None where rounding could
+    hide a tie (``e_1·a = 1e16 + 1 − 1e16`` rounds to 0 and ``e_2·a = 1`` exactly: they tie,
+    float64 sees a gap of 1)."""
+    d = E_A.shape[2]
+    Ea, beta = E_A @ a, X_A @ b
+    err_Ea, err_beta = d * EPS * (np.abs(E_A) @ np.abs(a)), d * EPS * (np.abs(X_A) @ np.abs(b))
+    order = np.argsort(Ea, axis=1)
+    v, e = np.take_along_axis(Ea, order, axis=1), np.take_along_axis(err_Ea, order, axis=1)
+    gaps, room = np.diff(v, axis=1), e[:, 1:] + e[:, :-1]
+    # Sorted by value, intervals of which each neighbour pair is apart are all apart.
+    if np.all(gaps > room) and np.all(np.abs(beta) > err_beta):
+        return True
+    if np.any((gaps == 0) & (room == 0)) or np.any((beta == 0) & (err_beta == 0)):
+        return False                                  # entries that are exactly 0 (all their terms are)
+    return None

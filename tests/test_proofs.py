@@ -302,6 +302,30 @@ def test_lemma3_names_a_query_inside_the_span(seed, n, extra):
     assert r.failed == ["other queries outside span X_S"]
 
 
+def test_lemma3_entries_that_tie_exactly_are_not_called_distinct():
+    # e_1·a = 1e16 + 1 − 1e16 = 1 = e_2·a exactly, so E W' x = (1, 1): the separator does not
+    # separate. Float64 rounds e_1·a to 0 and saw a gap of 1; the check confirmed the lemma.
+    a, b = np.array([1e16, 1.0, -1e16]), np.array([1.0, 0.0, 0.0])
+    E_A, X_A, X_S = np.array([[[1.0, 1.0, 1.0], [0.0, 1.0, 0.0]]]), np.array([[1.0, 0.0, 0.0]]), np.array([[0.0, 0.0, 1.0]])
+    r = proofs.lemma3.check(X_S, E_A, X_A, a=a, b=b)
+    assert r.applies and r.conclusion is not True, str(r)
+    # Ties float64 computes without rounding (e_1·a = e_2·a = 3) are no separation either.
+    r = proofs.lemma3.check(X_S, np.array([[[1.0, 2.0, 0.0], [3.0, 0.0, 0.0]]]), X_A, a=np.array([1.0, 1.0, 0.0]), b=b)
+    assert r.applies and r.conclusion is not True, str(r)
+    assert proofs.lemma3.check(X_S, E_A, X_A, a=np.array([1.0, 2.0, 3.0]), b=b).confirmed
+
+
+def test_lemma3_a_separator_off_the_orthogonal_complement_is_refused():
+    # b must vanish on S to rounding: 1e-12 of X_S's direction in b is far above it.
+    rng = np.random.default_rng(0)
+    X_S, E_A, X_A = rng.standard_normal((2, 4)), rng.standard_normal((3, 3, 4)), rng.standard_normal((3, 4))
+    good = proofs.lemma3.check(X_S, E_A, X_A, seed=0)
+    assert good.confirmed
+    a, b = good.quantities["a"], good.quantities["b"]
+    r = proofs.lemma3.check(X_S, E_A, X_A, a=a, b=b + 1e-12 * X_S[0] / np.linalg.norm(X_S[0]))
+    assert r.applies and r.conclusion is False, str(r)
+
+
 @given(seeds, st.integers(1, 6), st.integers(0, 3), st.floats(1e-3, 100.0))
 def test_lemma4_bound_holds(seed, n, extra, c):
     rng = np.random.default_rng(seed)
