@@ -38,7 +38,9 @@ def check(E_S: np.ndarray, X_S: np.ndarray, s: np.ndarray, d_h: int | None = Non
 
     Returns:
         A :class:`Check` with the factors ``W_K``, ``W_Q`` (d, m), the largest target error and
-        ``rank W_S``.
+        ``rank W_S``; no conclusion (undecided) where the targets' tolerance, the logits'
+        rounding (nearly dependent queries make ``W_S`` large), reaches 1, the largest
+        difference of two probabilities.
     """
     E_S, X_S, s = arrays(E_S=(E_S, "m n d"), X_S=(X_S, "m d"), s=(s, "m n"))
     d_h = None if d_h is None else integer(d_h, "d_h")
@@ -52,4 +54,6 @@ def check(E_S: np.ndarray, X_S: np.ndarray, s: np.ndarray, d_h: int | None = Non
     rank_W = factored_rank(K, Q)
     m = E_S.shape[0]
     q = {"target_error": err, "tol": tol, "rank_W": rank_W, "m": m, "W_K": K, "W_Q": Q}
+    if tol >= 1:                # the logits' rounding reaches any difference of two probabilities
+        return Check(STATEMENT, hyp, None, q)
     return Check(STATEMENT, hyp, bool(err <= tol and rank_W <= m), q)

@@ -409,6 +409,19 @@ def test_claim1_exact_targets(p: Problem, seed):
     assert r.confirmed, str(r)
 
 
+def test_claim1_does_not_confirm_targets_it_cannot_see():
+    # Found in review: queries 1e-8 from parallel (independent, numerical rank 2) put the logits'
+    # rounding at 1.3e3, and targets missed by 0.7 were confirmed against that tolerance. A
+    # tolerance of 1 or more (the largest difference of two probabilities) decides nothing.
+    rng = np.random.default_rng(0)
+    E, s = rng.standard_normal((2, 3, 4)), np.array([[0.2, 0.3, 0.5], [0.6, 0.3, 0.1]])
+    for gap in (1e-8, 1e-10, 1e-12):
+        r = proofs.claim1.check(E, np.array([[1.0, 0.5, 0.0, 0.0], [1.0, 0.5 + gap, 0.0, 0.0]]), s)
+        assert r.quantities["tol"] >= 1 and r.applies, str(r)
+        assert r.conclusion is None and "undecided" in str(r), str(r)
+    assert proofs.claim1.check(E, np.array([[1.0, 0.5, 0.0, 0.0], [1.0, 0.5 + 1e-3, 0.0, 0.0]]), s).confirmed
+
+
 @given(seeds, st.integers(2, 4), st.integers(1, 3), st.integers(1, 6), st.floats(0.5, 200.0))
 def test_claim2_exact_on_S_frozen_elsewhere(seed, n, extra, others, c):
     rng = np.random.default_rng(seed)
