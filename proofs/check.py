@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from construct.arith import for_bits, numerical_rank
+from construct.arith import for_bits, numerical_rank, rank_tol
 from construct.arith.threads import blas_limit
 from construct.data import checked
 from construct.errors import InputError
@@ -34,7 +34,8 @@ from construct.policy import logit_rounding
 
 EXACT_TOL = 1e-9
 
-__all__ = ["Check", "EXACT_TOL", "factored_rank", "features_rank", "logit_rounding", "traced_head"]
+__all__ = ["Check", "EXACT_TOL", "factored_rank", "features_rank", "features_rounding", "logit_rounding",
+           "rank_at_most", "traced_head"]
 
 
 def traced_head(result, head: int, who: str):
@@ -70,6 +71,36 @@ def features_rank(data, weights) -> tuple[np.ndarray, int, np.ndarray]:
         Z = feature_matrix(E, X, weights, ar, layered=True)
         rank, s = ar.numerical_rank(Z)
     return Z, rank, s
+
+
+def features_rounding(E: np.ndarray, H: int, eps: float) -> float:
+    """A bound on how far the computed ``Z`` (T, H·d) of contexts ``E`` (T, n, d) is from a matrix
+    of exact convex combinations of the tokens (``E^(t)T s`` with ``s`` summing to 1), in 2-norm.
+
+    The ceilings of Propositions 2 and 5 hold for every such matrix, whatever the logits (their
+    rounding only changes which ``s``). What rounding adds: the attention sums to 1 within
+    ``(n + 1)u``, and ``E^T s`` rounds by ``n u Σ_i s_i |e_ij|``; so each entry is off by at most
+    ``(2n + 1) u max_i |e_ij|``, bounded here by ``(2n + 4) ε`` of it (``u = ε/2``), and the
+    2-norm by the Frobenius norm. Relative to the tokens, not to ``Z``: where the tokens nearly
+    cancel, ``Z`` is small and its rank tolerance far below this.
+    """
+    if not E.size:
+        return 0.0
+    n = E.shape[1]
+    largest = np.abs(E).max(axis=1)                               # (T, d): max_i |e_ij|
+    with np.errstate(over="ignore"):
+        return float((2 * n + 4) * eps * np.sqrt(H) * np.linalg.norm(largest))
+
+
+def rank_at_most(rank: int, s: np.ndarray, bound: int, shape: tuple, rounding: float) -> bool | None:
+    """Whether a rank ceiling holds: True when the numerical ``rank`` is at most ``bound``; None
+    when the singular values beyond ``bound`` are within ``rounding`` (plus the rank tolerance,
+    the SVD's own error), so float64 cannot tell them from 0; False otherwise."""
+    if rank <= bound:
+        return True
+    if float(s[bound]) <= rounding + rank_tol(float(s[0]), shape):
+        return None
+    return False
 
 
 def factored_rank(K: np.ndarray, Q: np.ndarray) -> int:

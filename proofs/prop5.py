@@ -10,17 +10,18 @@ from __future__ import annotations
 import numpy as np
 
 from construct.data import Dataset
-from construct.arith import EPS
-from construct.model import Weights, check_compatible
+from construct.arith import EPS, for_bits
+from construct.model import Weights, check_compatible, layer_inputs
 
-from .check import Check, features_rank, one_blas_thread
+from .check import Check, features_rank, features_rounding, one_blas_thread, rank_at_most
 
 STATEMENT = "Proposition 5"
 
 
 @one_blas_thread
 def check(data: Dataset, weights: Weights) -> Check:
-    """Proposition 5 for ``data`` and any weights."""
+    """Proposition 5 for ``data`` and any weights; undecided where ``Z``'s singular values beyond
+    the bound are within its rounding (:func:`proofs.check.features_rounding`)."""
     check_compatible(weights, data.d, data.d_o)
     H, d = weights.H, data.d
     sums = data.E.sum(axis=2)
@@ -29,9 +30,11 @@ def check(data: Dataset, weights: Weights) -> Check:
     # to d·ε times the sum of absolute values, for both sums compared.
     same = bool(np.abs(sums - const).max() <= 4 * d * EPS * max(np.abs(data.E).sum(axis=2).max(), abs(const)))
     bound = H * (d - 1) + 1
-    Z, rank_Z, _ = features_rank(data, weights)
+    Z, rank_Z, sv = features_rank(data, weights)
+    rounding = features_rounding(layer_inputs(weights, data.E, data.X)[0], H, for_bits(weights.bits).eps)
     block_sums = Z.reshape(data.T, H, d).sum(axis=2)
-    q = {"rank_Z": rank_Z, "bound": bound, "T": data.T, "H": H, "d": d}
+    q = {"rank_Z": rank_Z, "bound": bound, "rounding_Z": rounding, "T": data.T, "H": H, "d": d}
     if same:                                  # (else there is no one constant to name)
         q.update(constant=const, null_residual=float(np.abs(block_sums - const).max()))
-    return Check(STATEMENT, {"token coordinates sum to one constant": same}, rank_Z <= bound, q)
+    return Check(STATEMENT, {"token coordinates sum to one constant": same},
+                 rank_at_most(rank_Z, sv, bound, Z.shape, rounding), q)

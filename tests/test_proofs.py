@@ -168,6 +168,28 @@ def test_prop2_distinct_contexts_exceed_the_bound(seed, H, n):
     assert r.quantities["rank_Z"] > r.quantities["bound"]
 
 
+def _cancelling_tokens_z_is_all_rounding():
+    # One shared context whose two tokens nearly cancel (e_2 = −e_1 + 1e-9 w) and queries of size
+    # 1e-9: every feature z = s_1 e_1 + s_2 e_2 is about 1e-9, while rounding it costs ε|e_1|.
+    e1, w = np.array([1.0, 0.5, -0.25]), np.array([0.0, 1e-9, 2e-9])
+    E = np.broadcast_to(np.array([e1, -e1 + w]), (4, 2, 3)).copy()
+    X = np.array([[1e-9 * t, 2e-9, -3e-9 * t * t] for t in range(1, 5)])
+    from construct import Weights
+    weights = Weights(W_K=np.eye(3)[None, :, :2], W_Q=np.eye(3)[None, :, :2], W_V=np.ones((1, 3, 1)),
+                      W_O=np.ones((1, 3)), W_D=np.ones((3, 1)), skip=False)
+    return as_dataset(E, X, np.zeros(4)), weights
+
+
+def test_prop2_a_rank_float64_inflates_by_rounding_is_undecided_not_contradicted():
+    # Found in review: Z's exact singular values are 8.7e-9, 6.6e-10 and 1e-92 (mpmath, 300 bits):
+    # rank 2 = H(n − 1) + 1. Float64's third is 3e-18, the rounding of features of size 1e-9
+    # made from tokens of size 1, far above Z's rank tolerance (8e-24): rank 3, and the check said
+    # CONTRADICTED. The rounding of Z is relative to the tokens, not to Z.
+    data, weights = _cancelling_tokens_z_is_all_rounding()
+    r = proofs.prop2.check(data, weights)
+    assert r.applies and r.conclusion is None and "undecided" in str(r), str(r)
+
+
 # --- Proposition 5 ---------------------------------------------------------------------------------
 
 @given(seeds, st.integers(1, 3), st.integers(1, 4), st.integers(0, 2), st.floats(-2, 2), st.data())
@@ -195,6 +217,26 @@ def test_prop5_bound_is_reached_by_generic_weights(seed, H, d):
                       W_V=np.ones((H, d, 1)), W_O=np.ones((H, d)), W_D=np.ones((d, 1)), skip=False)
     r = proofs.prop5.check(data, weights)
     assert r.confirmed and r.quantities["rank_Z"] == r.quantities["bound"]
+
+
+def test_prop5_a_rank_float64_inflates_by_rounding_is_undecided_not_contradicted():
+    # Found in review: four tokens ±u + 2^-30 w whose coordinates sum to 0 exactly (dyadic), one
+    # shared context, queries of size 1e-9: Z's exact rank is 6 = H(d − 1) (mpmath, 400 bits;
+    # its 7th and 8th singular values are 0), float64's 8 (the rounding of features of size 1e-8
+    # made from tokens of size 1), and the check said CONTRADICTED.
+    from construct import Weights
+    rng = np.random.default_rng(0)
+    d = n = 4
+    H, T = 2, 12
+    w = rng.integers(-8, 9, (n, d)).astype(float)
+    w[:, -1] = -w[:, :-1].sum(axis=1)
+    E0 = np.array([1.0, -1.0, 1.0, -1.0])[:, None] * np.array([1.0, 0.5, -1.25, -0.25]) + 2.0 ** -30 * w
+    assert np.all(E0.sum(axis=1) == 0)
+    X = np.ldexp(np.round(rng.standard_normal((T, d)) * 2 ** 20), -50)
+    weights = Weights(W_K=rng.standard_normal((H, d, 3)), W_Q=rng.standard_normal((H, d, 3)), W_V=np.ones((H, d, 1)),
+                      W_O=np.ones((H, d)), W_D=np.ones((d, 1)), skip=False)
+    r = proofs.prop5.check(as_dataset(np.broadcast_to(E0, (T, n, d)).copy(), X, np.zeros(T)), weights)
+    assert r.applies and r.conclusion is None and "undecided" in str(r), str(r)
 
 
 # --- Lemmas ----------------------------------------------------------------------------------------
