@@ -20,10 +20,11 @@ STATEMENT = "Proposition 2"
 
 def attention_matrix(data: Dataset, weights: Weights) -> np.ndarray:
     """``[S_1 … S_H]`` (T, H·n): every head's attention over the context, side by side (float64;
-    evaluated in the weights' own arithmetic)."""
+    evaluated in the weights' own arithmetic, on what the attention layer reads: the data after
+    the weights' pre-layer, if they have one)."""
     ar = for_bits(weights.bits)
     with ar.working():
-        E, X = ar.asarray(data.E), ar.asarray(data.X)
+        E, X = layer_inputs(weights, ar.asarray(data.E), ar.asarray(data.X), ar)
         return np.hstack([ar.to_host(head_attention(E, X, weights.W_K[h], weights.W_Q[h], ar))
                           for h in range(weights.H)])
 
@@ -42,7 +43,7 @@ def check(data: Dataset, weights: Weights) -> Check:
     bound = H * (n - 1) + 1
     Z, rank_Z, sv = features_rank(data, weights)
     rounding = features_rounding(layer_inputs(weights, data.E, data.X)[0], H, for_bits(weights.bits).eps)
-    S = attention_matrix(data, weights)
+    S = attention_matrix(data, weights)                # (a pre-layer keeps shared contexts shared)
     # The proof's null vectors: each block's rows sum to one, so block 1 minus block h vanishes.
     sums = S.reshape(data.T, H, n).sum(axis=2)
     null_residual = float(np.abs(sums[:, :1] - sums[:, 1:]).max()) if H > 1 else 0.0

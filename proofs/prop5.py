@@ -31,10 +31,14 @@ def check(data: Dataset, weights: Weights) -> Check:
     same = bool(np.abs(sums - const).max() <= 4 * d * EPS * max(np.abs(data.E).sum(axis=2).max(), abs(const)))
     bound = H * (d - 1) + 1
     Z, rank_Z, sv = features_rank(data, weights)
-    rounding = features_rounding(layer_inputs(weights, data.E, data.X)[0], H, for_bits(weights.bits).eps)
+    E_layer = layer_inputs(weights, data.E, data.X)[0]
+    rounding = features_rounding(E_layer, H, for_bits(weights.bits).eps)
     block_sums = Z.reshape(data.T, H, d).sum(axis=2)
     q = {"rank_Z": rank_Z, "bound": bound, "rounding_Z": rounding, "T": data.T, "H": H, "d": d}
     if same:                                  # (else there is no one constant to name)
-        q.update(constant=const, null_residual=float(np.abs(block_sums - const).max()))
+        # The constant of what the layer reads: a pre-layer (the mean shift) moves each token by
+        # its context's mean, so tokens summing to γ sum to 2γ there, and so do Z's blocks.
+        layer_const = float(E_layer.sum(axis=2).mean()) if weights.prelayer is not None else const
+        q.update(constant=layer_const, null_residual=float(np.abs(block_sums - layer_const).max()))
     return Check(STATEMENT, {"token coordinates sum to one constant": same},
                  rank_at_most(rank_Z, sv, bound, Z.shape, rounding), q)

@@ -239,6 +239,28 @@ def test_prop5_a_rank_float64_inflates_by_rounding_is_undecided_not_contradicted
     assert r.applies and r.conclusion is None and "undecided" in str(r), str(r)
 
 
+def test_prop2_and_prop5_read_what_the_layer_reads_after_a_prelayer():
+    # Found in review: with mean-shift weights both checks measured Z on the shifted inputs but
+    # their other numbers on the raw data: Prop. 5 printed "constant = 0.5" and
+    # "null_residual = 0.5" (the layer's tokens sum to 1.0, and Z's blocks do too), Prop. 2 the
+    # attention of the raw queries.
+    from construct.model import head_attention, layer_inputs
+    rng = np.random.default_rng(0)
+    T, n, d, H = 7, 3, 4, 3
+    E = rng.standard_normal((T, n, d))
+    E += (0.5 - E.sum(axis=2, keepdims=True)) / d
+    data = as_dataset(E, rng.standard_normal((T, d)), rng.random(T))
+    r = proofs.prop5.check(data, build(data, H, prelayer="mean-shift").weights)
+    assert r.confirmed and r.quantities["constant"] == pytest.approx(1.0), str(r)
+    assert r.quantities["null_residual"] <= 1e-12, str(r)
+    from construct import synthetic
+    shared = synthetic("shared", T=7, n=3, d=4, seed=0)
+    weights = build(shared, 3, prelayer="mean-shift").weights
+    E_l, X_l = layer_inputs(weights, shared.E, shared.X)
+    expected = np.hstack([head_attention(E_l, X_l, weights.W_K[h], weights.W_Q[h]) for h in range(3)])
+    np.testing.assert_allclose(proofs.prop2.attention_matrix(shared, weights), expected, rtol=0, atol=1e-15)
+
+
 # --- Lemmas ----------------------------------------------------------------------------------------
 
 @given(seeds, st.integers(1, 5), st.integers(1, 5), st.integers(1, 5), st.integers(1, 5))
