@@ -513,6 +513,26 @@ def test_prop3_relu_context_collapses_into_a_bias(seed, n, extra, m):
     assert r.quantities["jacobian_rank"] < T <= r.quantities["relu_params"]
 
 
+def test_prop3_names_the_hypotheses_its_datasets_must_meet():
+    # The proposition is about A1/A2 datasets with more than m(d + 2) + 1 examples. Found in
+    # review: the check confirmed it on one example, and on queries that are all equal (not A1),
+    # where no attention layer memorizes either and the comparison says nothing.
+    rng = np.random.default_rng(0)
+    n, d, m = 2, 3, 2
+    W1, b1, w2 = rng.standard_normal((m, n * d + d)), rng.standard_normal(m), rng.standard_normal(m)
+    count = m * (d + 2) + 1
+    data = proofs.prop3.hard_dataset(n, d, count + 1, seed=0)
+    r = proofs.prop3.check(data, W1, b1, w2, 0.1)
+    assert r.confirmed, str(r)
+    assert r.quantities["collapsed_params"] == count and r.quantities["relu_params"] == m * (n * d + d + 2) + 1
+    assert r.quantities["cannot_memorize_almost_every_labelling"]
+    few = proofs.prop3.check(proofs.prop3.hard_dataset(n, d, count, seed=0), W1, b1, w2, 0.1)
+    assert few.failed == ["T > m(d+2)+1"] and not few.quantities["cannot_memorize_almost_every_labelling"], str(few)
+    same = as_dataset(data.E, np.broadcast_to(data.X[:1], data.X.shape).copy(), data.Y)
+    r = proofs.prop3.check(same, W1, b1, w2, 0.1)
+    assert r.failed == ["queries have Kruskal rank ≥ n (A1)"], str(r)
+
+
 @given(seeds, st.integers(2, 3), st.integers(0, 2))
 def test_prop4_uniform_skip_layer_turns_a3_into_a1(seed, n, extra):
     rng = np.random.default_rng(seed)
