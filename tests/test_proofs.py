@@ -818,3 +818,64 @@ def test_a_check_that_does_not_apply_names_the_hypothesis_that_fails():
     check = proofs.prop5.check(data, build(data, 3).weights)
     assert not check.applies and "constant" not in check.quantities
     assert not any(line.strip().startswith("constant =") for line in str(check).splitlines())
+
+
+def test_each_check_names_a_hypothesis_broken_at_its_boundary():
+    # Mutation testing in review: loosening any of these hypotheses by one (T ≤ H(k−1)+2,
+    # |S| ≤ n, m ≤ n + 1, c ≥ 0, or dropping d_o ≤ d_v, d_o ≤ d) left every test passing.
+    from construct import synthetic
+    rng = np.random.default_rng(0)
+    over = proofs.theorem1.check(synthetic("independent", T=8, n=3, d=4, seed=0), 3)
+    assert over.failed == ["T ≤ H(k−1)+1"] and over.conclusion is None, str(over)
+    narrow = proofs.theorem1.check(synthetic("independent", T=7, n=3, d=4, d_o=2, seed=0), 3, value_dim=1)
+    assert narrow.failed == ["d_o ≤ d_v"] and narrow.conclusion is None, str(narrow)
+    wide = as_dataset(rng.standard_normal((7, 3, 4)), rng.standard_normal((7, 4)), rng.standard_normal((7, 5)))
+    wide_check = proofs.theorem1.check(wide, 3, value_dim=5)
+    assert wide_check.failed == ["d_o ≤ d"] and wide_check.conclusion is None, str(wide_check)
+    n, d = 2, 4
+    many = proofs.claim1.check(rng.standard_normal((n + 1, n, d)), rng.standard_normal((n + 1, d)),
+                               np.full((n + 1, n), 1 / n))
+    assert many.failed == ["m ≤ n"], str(many)
+    assert proofs.claim1.check(rng.standard_normal((2, n, d)), rng.standard_normal((2, d)), np.full((2, n), 1 / n),
+                               d_h=1).failed == ["m ≤ d_h"]
+    n = 3
+    X_S, E_A, X_A = rng.standard_normal((n, 5)), rng.standard_normal((2, n, 5)), rng.standard_normal((2, 5))
+    assert proofs.lemma3.check(X_S, E_A, X_A).failed == ["|S| ≤ n − 1"]
+    assert proofs.claim2.check(rng.standard_normal((n, n, 5)), X_S, np.full((n, n), 1 / n), E_A, X_A,
+                               2.0).failed == ["|S| ≤ n − 1"]
+    E, X, W, Wp = proofs.lemma4.extremal(3, 4, 1.0, 0.5)
+    for c in (0.0, -1.0):
+        r = proofs.lemma4.check(E, X, W, Wp, c)
+        assert r.failed == ["c > 0"] and not r.contradicted, (c, str(r))
+
+
+def test_lemma4_refuses_a_distance_beyond_its_bound(monkeypatch):
+    # The check allows the bound only the rounding of its own numbers: at the extremal example
+    # the ratio is 1 − 1e-17, so a bound 10% too small must be reported as failing. (Review: an
+    # allowance of twice the bound passed every test.)
+    from construct.saturation import saturation_bound
+    monkeypatch.setattr(proofs.lemma4, "saturation_bound", lambda *args: 0.9 * saturation_bound(*args))
+    E, X, W, Wp = proofs.lemma4.extremal(3, 4, 1.0, 0.5)
+    r = proofs.lemma4.check(E, X, W, Wp, (2.0 + 40.0) / 0.5)
+    assert r.applies and r.conclusion is False, str(r)
+
+
+def test_the_head_checks_notice_a_trace_that_does_not_match_the_weights():
+    # Review: dropping the row-reduction comparison from check_step, or the comparison of the
+    # saturation tokens j* from check_head, left every test passing (the traces were always right).
+    import dataclasses
+    from construct import synthetic
+    result = build(synthetic("independent", T=7, n=3, d=4, seed=0), 3, trace=True, precision="float64",
+                   scale="explicit")
+    n = result.data.n
+    good = result.trace[1]
+    assert proofs.prop1.check_step(result, 2).confirmed and proofs.claim2.check_head(result, 2).confirmed
+    result.trace[1] = dataclasses.replace(good, C=2 * good.C, F=2 * good.F)       # F = C Z̄_A still holds
+    assert proofs.prop1.check_step(result, 2).conclusion is False
+    result.trace[1] = dataclasses.replace(good, F=2 * good.F)
+    assert proofs.prop1.check_step(result, 2).conclusion is False
+    result.trace[1] = dataclasses.replace(good, j_star=(good.j_star + 1) % n)
+    assert proofs.claim2.check_head(result, 2).conclusion is False
+    result.trace[1] = dataclasses.replace(good, targets=good.targets[:, ::-1].copy())
+    assert proofs.claim2.check_head(result, 2).conclusion is False
+    result.trace[1] = good
