@@ -34,6 +34,25 @@ def test_explicit_scale_meets_its_condition(seed):
         assert args["C_norm"] * np.sqrt(ell_inf.size) * args["rho"] * lemma4 > 0.5 * sigma
 
 
+@given(seeds, st.integers(2, 8), st.integers(1, 12))
+def test_explicit_scale_and_its_bound_are_docs_math_4_4_5_s_formulas(seed, n, count):
+    # Review: dropping sqrt(|A|) from both (they share the prefactor) passed every test, as did
+    # removing the cap of the bound at small scales: each is checked here against the page.
+    rng = np.random.default_rng(seed)
+    ell_inf, delta = rng.uniform(0, 5, count), rng.uniform(1e-6, 1, count)
+    C_norm, rho, sigma = rng.uniform(0.1, 10), rng.uniform(0.1, 10), rng.uniform(1e-6, 1)
+    args = dict(C_norm=C_norm, rho=rho, ell_inf=ell_inf, delta=delta, n=n)
+    c = explicit_scale(**args, sigma_min_M=sigma)
+    closed = max(0.0, np.max((2 * ell_inf + np.log(4 * (n - 1) * np.sqrt(count) * rho * C_norm / sigma)) / delta))
+    assert c == pytest.approx(closed, rel=1e-12, abs=1e-12)
+    # At that scale the condition as written: ‖C‖ sqrt(|A|) ρ · Lemma 4's bound ≤ σ_min(M) / 2.
+    assert C_norm * np.sqrt(count) * rho * saturation_bound(ell_inf, delta, c, n).max() <= 0.5 * sigma * (1 + 1e-9)
+    for c_try in (0.0, c, 2 * c):
+        factor = np.minimum((n - 1) * np.exp(2 * ell_inf - c_try * delta), 1.0)       # a distance is ≤ 2
+        expected = C_norm * np.sqrt(count) * rho * 2 * factor.max()
+        assert rank_perturbation_bound(**args, c=c_try) == pytest.approx(expected, rel=1e-9)
+
+
 @given(seeds, st.lists(st.integers(1, 5), min_size=1, max_size=6), st.booleans(), st.booleans())
 def test_incremental_factor_matches_direct_projection(seed, sizes, ill, parallel):
     rng = np.random.default_rng(seed)
