@@ -401,6 +401,19 @@ def test_lemma4_bound_holds(seed, n, extra, c):
     assert r.confirmed, str(r)
 
 
+def test_lemma4_does_not_confirm_where_rounding_makes_the_maximum_unique():
+    # Found in review: g = E W' x = (1, 1) exactly (e_1·a = 1 + 1e16 − 1e16, e_2·a = 1), a tie, so
+    # the lemma does not apply and the attention at c = 100 is (0.5, 0.5), at distance 1 from
+    # either one-hot. Float64 computes g = (0, 1): a unique maximum with gap 1, a distance of
+    # 2e-44 within the bound 2e-44, and the check CONFIRMED the lemma.
+    E, X = np.array([[[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]]]), np.array([[1.0, 0.0, 0.0]])
+    for a in ([1.0, 1e16, -1e16], [3.0, 1e16, -1e16]):                 # ties at 1 and at 3
+        r = proofs.lemma4.check(E, X, np.zeros((3, 3)), np.outer(a, [1.0, 0.0, 0.0]), 100.0)
+        assert not r.confirmed and r.quantities["undecided_examples"] == 1, (a, str(r))
+    r = proofs.lemma4.check(E, X, np.zeros((3, 3)), np.outer([1.0, 0.5, 0.0], [1.0, 0.0, 0.0]), 100.0)
+    assert r.confirmed, str(r)
+
+
 @given(st.integers(2, 8), st.floats(0.0, 3.0), st.floats(0.1, 2.0), st.floats(0.1, 60.0))
 def test_lemma4_bound_is_attained_in_the_limit(n, L, delta, excess):
     # Design: ℓ = −L on the winner, +L elsewhere; g = δ on the winner. The ratio distance/bound is
