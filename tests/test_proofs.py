@@ -892,3 +892,28 @@ def test_the_head_checks_notice_a_trace_that_does_not_match_the_weights():
     result.trace[1] = dataclasses.replace(good, targets=good.targets[:, ::-1].copy())
     assert proofs.claim2.check_head(result, 2).conclusion is False
     result.trace[1] = good
+
+
+def test_the_rank_checks_notice_a_rank_that_breaks_their_inequality(monkeypatch):
+    # The lemmas are theorems: only a wrong rank (a broken numerical_rank, a broken shift) can
+    # break them, and then the checks must say so. Review: weakening each final comparison by
+    # one (rank M ≥ rank A + rank C − 1, rank B ≥ rank A − 1, rank ≥ n − 1) passed every test.
+    from construct.arith import numerical_rank
+    calls = []
+
+    def short_of_one(target):
+        def rank(A):
+            calls.append(A.shape)
+            r, s = numerical_rank(A)
+            return (r - 1, s) if len(calls) == target else (r, s)
+        return rank
+    monkeypatch.setattr(proofs.lemma1, "numerical_rank", short_of_one(1))        # M is ranked first
+    r = proofs.lemma1.check([[1.0]], [[2.0]], [[1.0]])
+    assert r.applies and r.conclusion is False, str(r)
+    calls.clear()
+    monkeypatch.setattr(proofs.lemma5, "numerical_rank", short_of_one(2))        # then A, then B
+    r = proofs.lemma5.check(np.eye(3), np.eye(3) + 0.1 * np.triu(np.ones((3, 3)), 1))
+    assert r.applies and r.conclusion is False, str(r)
+    monkeypatch.setattr(proofs.lemma2, "shifted", lambda V, alpha=1.0: np.vstack([V[:-1], V[:1]]))
+    r = proofs.lemma2.check(np.eye(3), 0.5)
+    assert r.applies and r.conclusion is False, str(r)
