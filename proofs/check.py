@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from construct.arith import for_bits, numerical_rank, rank_tol
+from construct.arith import EPS, for_bits, numerical_rank, rank_tol
 from construct.arith.threads import blas_limit
 from construct.data import checked
 from construct.errors import InputError
@@ -92,13 +92,15 @@ def features_rounding(E: np.ndarray, H: int, eps: float) -> float:
         return float((2 * n + 4) * eps * np.sqrt(H) * np.linalg.norm(largest))
 
 
-def rank_at_most(rank: int, s: np.ndarray, bound: int, shape: tuple, rounding: float) -> bool | None:
+def rank_at_most(rank: int, s: np.ndarray, bound: int, shape: tuple, rounding: float,
+                 eps: float = EPS) -> bool | None:
     """Whether a rank ceiling holds: True when the numerical ``rank`` is at most ``bound``; None
-    when the singular values beyond ``bound`` are within ``rounding`` (plus the rank tolerance,
-    the SVD's own error), so float64 cannot tell them from 0; False otherwise."""
+    when the singular values beyond ``bound`` are within ``rounding`` (plus the rank tolerance at
+    the arithmetic's ``eps``, the SVD's own error), so the arithmetic cannot tell them from 0;
+    False otherwise."""
     if rank <= bound:
         return True
-    if float(s[bound]) <= rounding + rank_tol(float(s[0]), shape):
+    if float(s[bound]) <= rounding + rank_tol(float(s[0]), shape, eps):
         return None
     return False
 

@@ -42,11 +42,12 @@ def check(data: Dataset, weights: Weights) -> Check:
     shared = bool(np.all(data.E == data.E[:1]))
     bound = H * (n - 1) + 1
     Z, rank_Z, sv = features_rank(data, weights)
-    rounding = features_rounding(layer_inputs(weights, data.E, data.X)[0], H, for_bits(weights.bits).eps)
+    eps = for_bits(weights.bits).eps
+    rounding = features_rounding(layer_inputs(weights, data.E, data.X)[0], H, eps)
     S = attention_matrix(data, weights)                # (a pre-layer keeps shared contexts shared)
     # The proof's null vectors: each block's rows sum to one, so block 1 minus block h vanishes.
     sums = S.reshape(data.T, H, n).sum(axis=2)
     null_residual = float(np.abs(sums[:, :1] - sums[:, 1:]).max()) if H > 1 else 0.0
     q = {"rank_Z": rank_Z, "bound": bound, "rank_attention": numerical_rank(S)[0],
          "null_residual": null_residual, "rounding_Z": rounding, "T": data.T, "H": H, "n": n}
-    return Check(STATEMENT, {"all contexts equal": shared}, rank_at_most(rank_Z, sv, bound, Z.shape, rounding), q)
+    return Check(STATEMENT, {"all contexts equal": shared}, rank_at_most(rank_Z, sv, bound, Z.shape, rounding, eps), q)

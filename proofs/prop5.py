@@ -32,7 +32,8 @@ def check(data: Dataset, weights: Weights) -> Check:
     bound = H * (d - 1) + 1
     Z, rank_Z, sv = features_rank(data, weights)
     E_layer = layer_inputs(weights, data.E, data.X)[0]
-    rounding = features_rounding(E_layer, H, for_bits(weights.bits).eps)
+    eps = for_bits(weights.bits).eps
+    rounding = features_rounding(E_layer, H, eps)
     block_sums = Z.reshape(data.T, H, d).sum(axis=2)
     q = {"rank_Z": rank_Z, "bound": bound, "rounding_Z": rounding, "T": data.T, "H": H, "d": d}
     if same:                                  # (else there is no one constant to name)
@@ -41,4 +42,4 @@ def check(data: Dataset, weights: Weights) -> Check:
         layer_const = float(E_layer.sum(axis=2).mean()) if weights.prelayer is not None else const
         q.update(constant=layer_const, null_residual=float(np.abs(block_sums - layer_const).max()))
     return Check(STATEMENT, {"token coordinates sum to one constant": same},
-                 rank_at_most(rank_Z, sv, bound, Z.shape, rounding), q)
+                 rank_at_most(rank_Z, sv, bound, Z.shape, rounding, eps), q)
