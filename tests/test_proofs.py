@@ -405,7 +405,7 @@ def test_lemma4_does_not_confirm_where_rounding_makes_the_maximum_unique():
     # Found in review: g = E W' x = (1, 1) exactly (e_1·a = 1 + 1e16 − 1e16, e_2·a = 1), a tie, so
     # the lemma does not apply and the attention at c = 100 is (0.5, 0.5), at distance 1 from
     # either one-hot. Float64 computes g = (0, 1): a unique maximum with gap 1, a distance of
-    # 2e-44 within the bound 2e-44, and the check CONFIRMED the lemma.
+    # 7.4e-44 within the bound 7.4e-44, and the check CONFIRMED the lemma.
     E, X = np.array([[[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]]]), np.array([[1.0, 0.0, 0.0]])
     for a in ([1.0, 1e16, -1e16], [3.0, 1e16, -1e16]):                 # ties at 1 and at 3
         r = proofs.lemma4.check(E, X, np.zeros((3, 3)), np.outer(a, [1.0, 0.0, 0.0]), 100.0)
