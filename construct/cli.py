@@ -480,6 +480,9 @@ def _cmd_capacity(args) -> int:
 def _path(text: str) -> Path:
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path names no file or folder")
+    if text == "-":                   # the usual spelling of standard input or output, which no option reads or writes
+        raise argparse.ArgumentTypeError("'-': this command reads and writes files, not standard input or output; "
+                                         "name the file (./- for a file named -)")
     return Path(text)
 
 

@@ -158,3 +158,38 @@ def test_export_refuses_a_tolerance_it_has_no_dataset_to_apply_to(tmp_path, caps
     assert sorted(p.name for p in lone.iterdir()) == ["weights.npz"]
     code, out, err = run(["export", lone / "weights.npz", "--format", "safetensors", "--out", lone / "m.st"], capsys)
     assert code == 0 and "not evaluated" in out, err                  # without --tol, as before
+
+
+@pytest.mark.parametrize("argv", [
+    ["capacity", "--vary", "H", "--values", "1", "--context", "2", "--dim", "2", "--csv", "-"],
+    ["capacity", "--vary", "H", "--values", "1", "--context", "2", "--dim", "2", "--json", "-"],
+    ["export", "{run}/weights.npz", "--format", "onnx", "--out", "-"],
+    ["certify", "{run}/weights.npz", "{run}/data.npz", "--out", "-"],
+])
+def test_a_dash_is_not_taken_for_a_file_named_dash(argv, tmp_path, monkeypatch, capsys):
+    # A review: `capacity --csv -` wrote a file named '-' in the current folder (the usual reading
+    # of '-' is standard output, which these commands do not write files to).
+    run = tmp_path / "run"
+    assert main(["build", "--out", str(run), "--heads", "2", "--context", "2", "--dim", "4"]) == 0
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert _exit_code([a.format(run=run) for a in argv]) == 2          # argparse's refusal
+    err = capsys.readouterr().err
+    assert "'-'" in err and "standard input or output" in err and "./-" in err
+    assert not (tmp_path / "-").exists()
+
+
+def test_a_file_named_dash_is_written_when_named_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["capacity", "--vary", "H", "--values", "1", "--context", "2", "--dim", "2", "--csv", "./-"]) == 0
+    assert (tmp_path / "-").read_text().startswith("kind,H,")
+    assert _exit_code(["verify", "-", "data.npz"]) == 2              # not read as standard input either
+    assert "standard input or output" in capsys.readouterr().err
+
+
+def _exit_code(argv) -> int:
+    """``main``'s exit status, argparse's refusals (SystemExit) included."""
+    try:
+        return main(argv)
+    except SystemExit as stop:
+        return stop.code
