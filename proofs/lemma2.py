@@ -26,7 +26,8 @@ def shifted(V: np.ndarray, alpha: float = 1.0) -> np.ndarray:
 def check(V: np.ndarray, alpha: float = 1.0) -> Check:
     """Lemma 2 for the rows of ``V`` (n, d) and the weight ``alpha``.
 
-    No conclusion where the lemma's own lower bound ``min(1, |1 + α|)·σ_min(V)`` on the shifted
+    Confirmed where the shifted rows' float64 rank is ``n``. Where it is below ``n``: no
+    conclusion (undecided), not a counterexample, where the lemma's own lower bound ``min(1, |1 + α|)·σ_min(V)`` on the shifted
     rows' smallest singular value, less the rounding of forming them and of both SVDs, lies
     below their rank tolerance: float64 cannot see that the shift keeps them independent (``α``
     within about ``u`` of −1, so large that rounding ``α·mean`` swamps ``V``, or ``σ_min(V)``
@@ -65,4 +66,6 @@ def check(V: np.ndarray, alpha: float = 1.0) -> Check:
     rounding = factor * rank_tol(float(s_V[0]), V.shape) + formed + rank_tol(float(s_W[0]), W.shape)
     q["rounding"] = rounding
     visible = alpha == -1.0 or factor * sigma_V - rounding > tol
-    return Check(STATEMENT, hyp, rank_W == n if visible else None, q)
+    # A float64 rank n shows the lemma holding whatever the bound; only a rank below n needs the
+    # bound to be a counterexample.
+    return Check(STATEMENT, hyp, True if rank_W == n else (False if visible else None), q)

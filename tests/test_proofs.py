@@ -917,3 +917,21 @@ def test_the_rank_checks_notice_a_rank_that_breaks_their_inequality(monkeypatch)
     monkeypatch.setattr(proofs.lemma2, "shifted", lambda V, alpha=1.0: np.vstack([V[:-1], V[:1]]))
     r = proofs.lemma2.check(np.eye(3), 0.5)
     assert r.applies and r.conclusion is False, str(r)
+
+
+def test_lemma1_confirms_where_float64_sees_the_rank_whatever_the_lower_bound():
+    # Review: M = [[1, 0], [0, 1e9], [0, 1]] (A = [1, 0]^T, B = [0, 1e9]^T, C = [1]) has singular
+    # values 1e9 and 1, float64 rank 2 = 1 + 1; the lower bound σ_A σ_C / (max + ‖B‖) = 1e-9 lies
+    # below twice M's tolerance, and the check said undecided where float64 sees the lemma hold
+    # (it was confirmed before the bound). The bound only decides whether a rank short of
+    # rank A + rank C is a counterexample.
+    r = proofs.lemma1.check([[1.0], [0.0]], [[0.0], [1e9]], [[1.0]])
+    assert r.quantities["rank_M"] == 2 and r.confirmed, str(r)
+
+
+def test_lemma2_confirms_where_float64_sees_the_rank_whatever_the_rounding():
+    # Review: V = diag(1, 1e-15), α = 1: the shifted rows' float64 rank is 2 (σ_min 1.26e-15
+    # above the tolerance 8.9e-16), but the lemma's bound less the rounding is not, and the check
+    # said undecided where float64 sees the lemma hold (it was confirmed before the rounding).
+    r = proofs.lemma2.check(np.diag([1.0, 1e-15]), 1.0)
+    assert r.quantities["rank_shifted"] == 2 and r.confirmed, str(r)
