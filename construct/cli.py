@@ -97,11 +97,15 @@ def _not_an_input(out: Path, **inputs: Path | None) -> None:
                              "what it is made from; nothing was written", what="invalid arguments")
 
 
-def _not_a_build_file(out: Path, *inputs: Path | None) -> None:
+_EXPORT_NAMES = {"torch": "model.pt", "safetensors": "model.safetensors", "onnx": "model.onnx"}
+
+
+def _not_a_build_file(out: Path, *inputs: Path | None, instead: str = CERTIFICATE) -> None:
     """Refuse an --out that names one of the files build writes as one set (weights.npz,
     data.npz, report.json) in the folder of one of the command's inputs: there it would replace
     a file of the build's set (a certificate written over run/report.json, an export over
-    run/data.npz), and report.json would no longer name the files beside it."""
+    run/data.npz), and report.json would no longer name the files beside it. ``instead``: the
+    file name the refusal suggests (the command's own kind of file)."""
     target = Path(os.path.realpath(out))
     if target.name not in OUTPUTS:
         return
@@ -110,7 +114,7 @@ def _not_a_build_file(out: Path, *inputs: Path | None) -> None:
             raise InputError(f"--out {str(out)!r} names {target.name}, one of the files build writes as one set "
                              f"({', '.join(OUTPUTS)}) in the folder of the input {str(path)!r}: writing it there "
                              f"would replace the build's own {target.name}; name another file "
-                             f"({str(Path(out).parent / CERTIFICATE)!r}, say)", what="invalid arguments")
+                             f"({str(Path(out).parent / instead)!r}, say)", what="invalid arguments")
 
 
 def _build_into(args, out) -> dict:
@@ -255,7 +259,7 @@ def _cmd_export(args) -> int:
     weights = load_weights(args.weights)
     report = beside / "report.json"
     _not_an_input(args.out, weights=args.weights, data=data_file, report=report if report.is_file() else None)
-    _not_a_build_file(args.out, args.weights, data_file)
+    _not_a_build_file(args.out, args.weights, data_file, instead=_EXPORT_NAMES[args.format])
     check_file_target(args.out, "--out")
     data = load_dataset(data_file) if data_file is not None else None
     linked, unlinked = _report_of(report, Path(args.weights))

@@ -57,6 +57,20 @@ def test_a_single_file_output_may_not_replace_a_file_of_the_build_beside_its_inp
     assert {p.name: p.read_bytes() for p in small_run.iterdir()} == before
 
 
+@pytest.mark.parametrize("fmt, suggested", [("safetensors", "model.safetensors"), ("torch", "model.pt"),
+                                             ("onnx", "model.onnx")])
+def test_export_refused_over_a_build_file_suggests_an_export_not_a_certificate(tmp_path, capsys, small_run, good,
+                                                                               fmt, suggested):
+    # Review: `export run/weights.npz --format safetensors --data other.npz --out run/data.npz`
+    # was refused with "name another file ('run/certificate.json', say)": certify's file, not an
+    # export's.
+    other = write(tmp_path / "other.npz", **good)
+    code, _, err = run(["export", small_run / "weights.npz", "--format", fmt, "--data", other,
+                        "--out", small_run / "data.npz"], capsys)
+    assert code == 2 and "one of the files build writes" in err, err
+    assert "certificate.json" not in err and str(small_run / suggested) in err, err
+
+
 def test_a_tensor_that_requires_grad_is_named_not_a_runtime_error(good):
     # PyTorch refuses .numpy() on a tensor that requires grad (RuntimeError): as_dataset, forward,
     # as_weights and kruskal_rank let that error through, where other tensors they cannot read
