@@ -102,18 +102,19 @@ _EXPORT_NAMES = {"torch": "model.pt", "safetensors": "model.safetensors", "onnx"
 
 def _not_a_build_file(out: Path, *inputs: Path | None, instead: str = CERTIFICATE) -> None:
     """Refuse an --out that names one of the files build writes as one set (weights.npz,
-    data.npz, report.json) in the folder of one of the command's inputs: there it would replace
-    a file of the build's set (a certificate written over run/report.json, an export over
-    run/data.npz), and report.json would no longer name the files beside it. ``instead``: the
-    file name the refusal suggests (the command's own kind of file)."""
+    data.npz, report.json), present in the folder of one of the command's inputs: it would
+    replace a file of the build's set (a certificate written over run/report.json, an export over
+    run/data.npz), and report.json would no longer name the files beside it. Where no such file
+    is there, nothing of a build is replaced. ``instead``: the file name the refusal suggests
+    (the command's own kind of file)."""
     target = Path(os.path.realpath(out))
-    if target.name not in OUTPUTS:
+    if target.name not in OUTPUTS or not target.exists():
         return
     for path in inputs:
         if path is not None and Path(os.path.realpath(path)).parent == target.parent:
             raise InputError(f"--out {str(out)!r} names {target.name}, one of the files build writes as one set "
-                             f"({', '.join(OUTPUTS)}) in the folder of the input {str(path)!r}: writing it there "
-                             f"would replace the build's own {target.name}; name another file "
+                             f"({', '.join(OUTPUTS)}), in the folder of the input {str(path)!r}: writing it there "
+                             f"would replace the {target.name} there; name another file "
                              f"({str(Path(out).parent / instead)!r}, say)", what="invalid arguments")
 
 

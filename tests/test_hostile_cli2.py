@@ -57,6 +57,18 @@ def test_a_single_file_output_may_not_replace_a_file_of_the_build_beside_its_inp
     assert {p.name: p.read_bytes() for p in small_run.iterdir()} == before
 
 
+def test_a_build_files_name_beside_an_input_is_refused_only_where_such_a_file_is_there(tmp_path, capsys, small_run,
+                                                                                        good):
+    # A review: `certify run/weights.npz other/d.npz --out other/report.json` was refused as
+    # replacing "the build's own report.json" in a folder no build had written and that held none.
+    (tmp_path / "other").mkdir()
+    data = write(tmp_path / "other" / "d.npz", **good)
+    code, _, err = run(["certify", small_run / "weights.npz", data, "--out", tmp_path / "other" / "report.json"],
+                       capsys)
+    assert code == 0, err
+    assert '"format": "mha-construct certificate"' in (tmp_path / "other" / "report.json").read_text()
+
+
 @pytest.mark.parametrize("fmt, suggested", [("safetensors", "model.safetensors"), ("torch", "model.pt"),
                                              ("onnx", "model.onnx")])
 def test_export_refused_over_a_build_file_suggests_an_export_not_a_certificate(tmp_path, capsys, small_run, good,
