@@ -137,7 +137,7 @@ def as_path(value, label: str) -> Path:
 
     Raises:
         InputError: anything else (``None``, a number, an open file), an empty name (``Path("")``
-            is the current folder: "cannot write  into '.'"), or a name holding a NUL character
+            is the current folder, ``'.'``), or a name holding a NUL character
             (no system takes one), naming ``label``.
     """
     if isinstance(value, (str, bytes, os.PathLike)):
@@ -261,6 +261,8 @@ def write_atomic_many(files: list[tuple[str | os.PathLike, bytes]]) -> None:
     """
     files = [(_through_link(as_path(path, "output")), payload) for path, payload in files]
     for path, _ in files:
+        if path.is_dir():                       # before anything is made there (Path("") is Path("."))
+            raise OutputError(f"{str(path)!r} is a folder: name a file to write; nothing was changed there")
         _regular_or_absent(path)
     made: list[Path] = []                       # folders made here, parents first
     written: list[tuple[Path, Path]] = []       # (temporary, target)

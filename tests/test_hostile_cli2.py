@@ -219,3 +219,20 @@ def _exit_code(argv) -> int:
         return main(argv)
     except SystemExit as stop:
         return stop.code
+
+
+def test_saving_onto_a_folder_names_the_folder_and_writes_nothing(good, tmp_path, monkeypatch):
+    # A review: weights.save(Path("")) (Path(".")) or weights.save(a_folder) wrote a temporary
+    # file into the folder, removed it, and said "cannot write  into '.'" (no file named).
+    from pathlib import Path
+    import construct
+    from construct.errors import OutputError
+
+    monkeypatch.chdir(tmp_path)
+    result = construct.build(construct.as_dataset(good["E"], good["X"], good["Y"]), 2)
+    (tmp_path / "sub").mkdir()
+    for target, named in ((Path(""), "'.'"), (tmp_path / "sub", repr(str(tmp_path / "sub")))):
+        with pytest.raises(OutputError) as exc:
+            result.weights.save(target)
+        assert f"{named} is a folder" in str(exc.value) and "  " not in str(exc.value), str(exc.value)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["sub"]
