@@ -566,6 +566,15 @@ class _Parser(argparse.ArgumentParser):
         self.register("action", None, _StoreOnce)
         self.register("action", "store", _StoreOnce)
 
+    def _print_message(self, message, file=None):
+        """argparse's, except that a failed write of ``--help`` or ``--version`` to standard
+        output (a full disk) is raised rather than passed over: the command exits 0 otherwise."""
+        if message and file is not None and file is sys.stdout:
+            file.write(message)
+            file.flush()
+        else:
+            super()._print_message(message, file)
+
 
 def _parser() -> argparse.ArgumentParser:
     from .build import PRELAYER_OPTIONS, SCALES
@@ -827,7 +836,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except BrokenPipeError:                   # --help | head -1: the reader has what it wanted
+        _Stdout(sys.stdout)._reader_gone()
+        return 0
+    except OSError as exc:                    # --help or --version into a full disk (_Parser._print_message)
+        code = f" [Errno {exc.errno}]" if exc.errno else ""
+        print(f"mha-construct: error: cannot write to standard output: {exc.strerror or exc}{code}", file=sys.stderr)
+        return 2
     vars(args).pop("_given", None)
     from .io import published
     published.clear()                         # what this command writes, named if it is interrupted

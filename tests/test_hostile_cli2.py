@@ -171,6 +171,28 @@ def test_a_full_stdout_is_named_with_what_was_already_written(tmp_path, good, co
         assert target.exists() and f"already written: {target}" in proc.stderr, proc.stderr
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["build", "--help"]])
+def test_help_and_version_into_a_full_stdout_say_so(argv):
+    # A review: `mha-construct --help > /dev/full` exited 0 without a word (argparse prints
+    # before the command's standard output is watched).
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "construct", *argv], stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "standard output" in proc.stderr and "No space left" in proc.stderr, proc.stderr
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
+def test_help_into_a_pipe_whose_reader_has_gone_is_quiet():
+    # `mha-construct build --help | head -1`: the reader leaving is no error.
+    proc = subprocess.Popen([sys.executable, "-m", "construct", "build", "--help"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0 and err == "", err
+
+
 def test_export_refuses_a_tolerance_it_has_no_dataset_to_apply_to(tmp_path, capsys, small_run):
     # A hostile trial: with no dataset (no --data, no data.npz beside the weights), `export --tol
     # 1e-3` wrote the file and said "not evaluated": the option was ignored without a word, where
