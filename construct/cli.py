@@ -570,10 +570,17 @@ class _Parser(argparse.ArgumentParser):
         """argparse's, except that a failed write of ``--help`` or ``--version`` to standard
         output (a full disk) is raised rather than passed over: the command exits 0 otherwise."""
         if message and file is not None and file is sys.stdout:
-            file.write(message)
-            file.flush()
+            try:
+                file.write(message)
+                file.flush()
+            except OSError as exc:
+                raise _HelpNotWritten(exc) from None
         else:
             super()._print_message(message, file)
+
+
+class _HelpNotWritten(Exception):
+    """``--help`` or ``--version`` could not be written to standard output (the OSError as its argument)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -838,11 +845,12 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     try:
         args = _parser().parse_args(argv)
-    except BrokenPipeError:                   # --help | head -1: the reader has what it wanted
-        _Stdout(sys.stdout)._reader_gone()
-        return 0
-    except OSError as exc:                    # --help or --version into a full disk (_Parser._print_message)
-        code = f" [Errno {exc.errno}]" if exc.errno else ""
+    except _HelpNotWritten as failed:
+        exc = failed.args[0]
+        if isinstance(exc, BrokenPipeError):  # --help | head -1: the reader has what it wanted
+            _Stdout(sys.stdout)._reader_gone()
+            return 0
+        code = f" [Errno {exc.errno}]" if exc.errno else ""     # a full disk
         print(f"mha-construct: error: cannot write to standard output: {exc.strerror or exc}{code}", file=sys.stderr)
         return 2
     vars(args).pop("_given", None)
