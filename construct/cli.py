@@ -466,6 +466,9 @@ def _cmd_capacity(args) -> int:
             print(header.pop())
         print(f"{r['kind']:<12} {r['H']:>4} {r['n']:>4} {r['d']:>4} {r['d_h']:>4} {r['bound']:>6} {r['certified']:>9} "
               f"{r['generic_rank']:>5} of {r['generic_T']:<5} {r['seconds']:>7.2f}", flush=True)
+        if r.get("failure"):
+            print(f"mha-construct capacity: note: {args.vary} = {r[args.vary]} ({r['kind']}): the construction "
+                  f"failed, certified 0: {r['failure']}", file=sys.stderr, flush=True)
 
     rows = []
     for kind in args.kind:

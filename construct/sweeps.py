@@ -8,7 +8,9 @@ For each point of a sweep over ``H``, ``n`` or ``d_h`` (one context kind):
 - ``bound``: Theorem 1's ``H(k − 1) + 1``, ``k = min(n, d_h)``;
 - ``certified``: the number of examples the construction memorizes *and certifies* (rank and
   memorization proven by :func:`construct.certify.certify`) at ``T = bound``: the bound itself
-  when both are proven, else 0; one more example is refused (over capacity);
+  when both are proven, else 0 (also where the build fails numerically: such a row's ``failure``,
+  not written to CSV or JSON, says why, and the sweep goes on); one more example is refused
+  (over capacity);
 - ``generic_rank``: ``rank Z`` for random Gaussian weights (``W_K``, ``W_Q`` scaled by
   ``1/sqrt(d)``) on ``T = min(2·(H(n − 1) + 1), H·d)`` examples of the same kind (twice
   Proposition 2's ceiling, also where ``d_h < n`` makes the bound smaller): what attention with
@@ -34,7 +36,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from .arith import FLOAT64, numerical_rank
-from .errors import InputError, numpy_error_defaults
+from .errors import ConstructionError, InputError, numpy_error_defaults
 from .limits import callback, integer, require_memory
 from .model import Weights, capacity as bound_of, feature_matrix
 from .validate import memory_estimate
@@ -57,9 +59,13 @@ def point(kind: str, H: int, n: int, d: int, d_h: int, seed: int = 0) -> dict:
     t0 = time.perf_counter()
     bound = bound_of(H, n, d_h)
     data = synthetic(kind, T=bound, n=n, d=d, seed=seed)
-    result = build(data, H, head_dim=d_h, seed=seed)
-    cert = certify(result.weights, data)
-    proven = cert.claims["rank"].get("proven") and cert.claims["memorization"].get("proven")
+    try:
+        result = build(data, H, head_dim=d_h, seed=seed)
+    except ConstructionError as exc:                 # nothing certified here; the sweep goes on
+        proven, failure = False, str(exc)
+    else:
+        cert = certify(result.weights, data)
+        proven, failure = cert.claims["rank"].get("proven") and cert.claims["memorization"].get("proven"), None
     generic_T = min(2 * bound_of(H, n, n), H * d)        # twice Proposition 2's ceiling, whatever d_h
     probe = synthetic(kind, T=generic_T, n=n, d=d, seed=seed + 1)
     rng = np.random.default_rng(seed)
@@ -69,7 +75,8 @@ def point(kind: str, H: int, n: int, d: int, d_h: int, seed: int = 0) -> dict:
         Z = feature_matrix(probe.E, probe.X, w, FLOAT64)
     rank, _ = numerical_rank(Z)
     return {"kind": kind, "H": H, "n": n, "d": d, "d_h": d_h, "bound": bound, "certified": bound if proven else 0,
-            "generic_T": generic_T, "generic_rank": int(rank), "seconds": round(time.perf_counter() - t0, 3)}
+            "generic_T": generic_T, "generic_rank": int(rank), "seconds": round(time.perf_counter() - t0, 3),
+            **({"failure": failure} if failure is not None else {})}
 
 
 @numpy_error_defaults
