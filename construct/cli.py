@@ -225,6 +225,7 @@ def _cmd_verify(args) -> int:
     tolerance(args.tol, "--tol")                   # a bad option is refused before any file is read
     weights = load_weights(args.weights)
     data = load_dataset(args.data)
+    _note_other_classes("verify", Path(args.weights), data)
     v = verify(weights, data, tol=args.tol, device=args.device)
     if args.json:
         print(json_bytes(v.to_dict()).decode(), end="")          # strict JSON: null for inf and NaN
@@ -327,6 +328,7 @@ def _cmd_certify(args) -> int:
         if any(Path(os.path.realpath(p)).parent == here for p in inputs):
             folder, before = here, [file_sha256(p) for p in inputs]
     weights, data = load_weights(args.weights), load_dataset(args.data)
+    _note_other_classes("certify", Path(args.weights), data)
     result = certify(weights, data, tol=tol, method=args.method or "auto",
                      progress=lambda note: print(f"mha-construct certify: {note}", file=sys.stderr, flush=True))
     lines = result.lines()
@@ -358,6 +360,32 @@ def _report_of(report: Path, weights: Path) -> tuple[str | None, bool]:
     except (OSError, ValueError, AttributeError, RecursionError):
         return None, True
     return (sha256(payload), False) if described == sha256(weights.read_bytes()) else (None, True)
+
+
+def _note_other_classes(command: str, weights: Path, data) -> None:
+    """A note on standard error where the dataset's integer labels use other class ids than the
+    build of these weights did (as its report.json beside them records).
+
+    The weights hold no class ids: output column ``j`` is the ``j``-th class in sorted order, so
+    labels 5, 6, 7 give the same targets as 0, 1, 2 and the check passes on the columns; a user
+    who maps columns back to ids with the build's list would read other classes.
+    """
+    import json
+
+    report = weights.parent / "report.json"
+    if data.classes is None or _report_of(report, weights)[0] is None:
+        return
+    try:
+        described = json.loads(report.read_bytes()).get("data")
+        built = described.get("classes", (described.get("dataset") or {}).get("classes"))
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return
+    if (not isinstance(built, list) or not all(type(c) is int for c in built)   # noqa: E721 (not bool)
+            or built == list(data.classes)):
+        return
+    print(f"mha-construct {command}: note: the dataset's class ids {list(data.classes)} are not those these weights "
+          f"were built on ({built}, {report}); the check compares output columns (column j = the j-th class "
+          "in sorted order), so it reads the dataset's ids in place of the build's", file=sys.stderr)
 
 
 def _cmd_teach(args) -> int:
