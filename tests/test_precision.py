@@ -597,3 +597,31 @@ def test_verify_reports_the_exact_error_of_high_precision_weights_whose_scales_a
     checked = verify(weights, data, tol=1e-44)
     assert error > 1e-44 and not checked.passed
     assert abs(checked.max_abs_error - error) <= 1e-3 * error
+
+
+@settings(max_examples=12, deadline=None)
+@given(kind=st.sampled_from(["shared", "independent"]), H=st.integers(2, 4), n=st.integers(2, 4),
+       seed=st.integers(0, 2 ** 16), skip=st.booleans())
+def test_autos_measurement_bounds_the_exact_error_and_the_float64_rounding(kind, H, n, seed, skip):
+    # auto keeps float64 weights on small problems by measuring them (policy.errors_at): the
+    # two figures it states in the report are upper bounds on the exact model's error and on how
+    # far numpy's float64 forward pass lies from the exact outputs (here at 300 bits).
+    from construct.model import forward
+    from construct.policy import errors_at
+    data = synthetic(kind, T=H * (n - 1) + 1, n=n, d=n + 2, seed=seed)
+    w = build(data, H, skip=skip, precision="float64").weights
+    exact_error, rounding = errors_at(w, data)
+    mp = Mpmath(300)
+    with mp.working():
+        exact = forward(mp.asarray(data.E), mp.asarray(data.X), w.map(mp.asarray, bits=300), mp)
+        true_error = np.abs(exact - mp.asarray(data.Y)).max()
+        true_rounding = np.abs(exact - mp.asarray(forward(data.E, data.X, w))).max()
+        assert true_error <= exact_error and true_rounding <= rounding
+    assert exact_error <= 1e-9 and rounding <= 1e-9                # and close: not a vacuous bound
+
+
+def test_auto_states_its_measurement_as_an_enclosure():
+    # The default shared problem fails the worst-case prediction and is measured instead.
+    data = synthetic("shared", T=57, n=8, d=16, seed=0)
+    result = build(data, 8)
+    assert result.weights.bits is None and "enclosed in double words" in result.precision_reason
