@@ -1093,6 +1093,8 @@ def _partition_step(result: BuildResult) -> Step:
              for h, g in enumerate(groups)]
     lines.append("Each group's queries are independent, and no earlier query lies in the span of a later "
                  "group's queries: the checkable condition the construction needs instead of A1.")
+    lines.append("Examples, and the tokens $j^*$ of the later steps, are numbered from 0 here, as in the arrays; "
+                 "docs/math.md numbers them from 1.")
     H, k = result.weights.H, len(groups[0])
     if len(groups) < H:                     # teach draws T at capacity: only k = 1 leaves heads without a group
         first = len(groups) + 1
@@ -1117,7 +1119,7 @@ def _head1_step(data: Dataset, result: BuildResult, Z: np.ndarray, figure: str, 
     S, d = tr.examples, data.d
     m = len(S)
     rows = Z[S.start:S.stop, :d]
-    lines = [f"Targets $s^(t)$ for $t ∈ G_1$ = {list(S)}: interior points of the simplex, drawn so that the "
+    lines = [f"Targets $s^(t)$ for $t ∈ S = G_1$ = {list(S)}: interior points of the simplex, drawn so that the "
              f"rows $(E^(t))^T s^(t)$ are independent: their $σ_min$ = {result.heads[0].sigma_min_M:.4g}.",
              "Logits $ℓ^(t) = log s^(t)$; $u^(t) = (E^(t))^+ ℓ^(t)$; $W_1 = U (X_S^T X_S)^-1 X_S^T$ with "
              "$U = [u^(t)]_{t ∈ G_1}$, so that $E^(t) W_1 x^(t) = ℓ^(t)$ and the softmax gives back $s^(t)$.",
@@ -1140,8 +1142,8 @@ def _later_head_step(h: int, data: Dataset, result: BuildResult, Z: np.ndarray, 
     tr, ev = result.trace[h], result.heads[h]
     S = tr.examples
     X_S = data.X[S.start:S.stop]
-    lines = [f"New group $G_{h + 1}$ = {list(S)}; earlier examples $A$ = 0..{S.start - 1}.",
-             f"Lemma 3: a rank-one separator $a b^T$ with $b ⊥ span(X_S)$ (max $|X_S b|$ = "
+    lines = [f"New group $S = G_{h + 1}$ = {list(S)}; earlier examples $A$ = 0..{S.start - 1}.",
+             f"Lemma 3: a rank-one separator $a b^T$ with $b ⊥ span(X_S)$ (max $|X_S^T b|$ = "
              f"{np.abs(X_S @ tr.b).max():.2g}) and $a$ random; on every earlier example $t ∈ A$ the separator "
              f"logits $E^(t) a b^T x^(t)$ have a unique largest entry, at token $j^*(t)$, with gap $δ_t$ ≥ "
              f"{ev.delta_min:.3g}.",

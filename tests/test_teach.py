@@ -623,3 +623,23 @@ def test_the_pre_layer_refusal_names_the_options(capsys):
         assert main(["teach", "--prelayer", other]) == 2
         err = capsys.readouterr().err
         assert "--prelayer" in err and "--shared" in err and "--rational" in err
+
+
+def test_the_separator_check_and_the_group_s_use_the_claims_notation():
+    # A review: the steps wrote W₁ = U (X_Sᵀ X_S)⁻¹ X_Sᵀ (X_S is d × m, its columns the queries of
+    # the group, as in docs/math.md's Claim 1) and then "max |X_S b|", a product that does not
+    # exist for that X_S; and S itself was never said to be the group the head fits.
+    walk = teach()
+    head1, head2 = walk.steps[2].text(), walk.steps[3].text()
+    assert "S = G₁" in head1
+    assert "New group S = G₂ = [3, 4]" in head2
+    assert "max |X_Sᵀ b| = " in head2 and "|X_S b|" not in head2
+
+
+def test_the_walkthrough_says_its_indices_count_from_zero():
+    # A review: the theorem names x⁽¹⁾, …, x^(T) (docs/math.md counts from 1), while every step
+    # lists examples and the tokens j* from 0 ("G₁ = examples [0, 1, 2]", "j* = [0, 1, 0]").
+    walk = teach()
+    partition = walk.steps[1].text()
+    assert "G₁ = examples [0, 1, 2]" in partition
+    assert "numbered from 0" in partition and "docs/math.md numbers them from 1" in partition
