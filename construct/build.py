@@ -197,7 +197,10 @@ def _prelayer(data: Dataset, option: str, k: int) -> tuple[str | None, str]:
     raw = violations(data.X, k)
     if not raw:
         return None, ""
-    shifted = mean_shift(data.E, data.X)[1]
+    with np.errstate(over="ignore", invalid="ignore"):
+        shifted = mean_shift(data.E, data.X)[1]
+    if not np.all(np.isfinite(shifted)):         # the build refuses the layer's overflow, by name
+        return "mean-shift", "chosen by auto: the queries fail A1"
     also = violations(shifted, k, shifted=True)
     if also:                           # the raw queries' error, with why the pre-layer does not help
         raise refusal(data.X, k, raw, advice=[

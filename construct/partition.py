@@ -9,6 +9,8 @@ separates it). A1 implies both for any partition.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .errors import InputError
@@ -77,8 +79,15 @@ def partition(X: np.ndarray, k: int, shifted: bool = False) -> list[range]:
 
 
 def violations(X: np.ndarray, k: int, shifted: bool = False) -> list[str]:
-    """One line per violation of §4.2's condition by the queries ``X`` (T, d); empty when none."""
+    """One line per violation of §4.2's condition by the queries ``X`` (T, d); empty when none.
+
+    The condition does not depend on the queries' scale: beyond ``2^±64`` they are tested at unit
+    scale (divided by a power of two, as the build itself takes them), where their norms neither
+    overflow nor underflow; the distances are reported at the queries' own scale."""
     name, query, queries = ("x + mean(E)", "shifted query", "shifted queries") if shifted else ("X", "query", "queries")
+    top = float(np.abs(X).max(initial=0.0))
+    e = int(np.frexp(top)[1]) if 0 < top < np.inf and not 2.0 ** -64 <= top <= 2.0 ** 64 else 0
+    X = np.ldexp(X, -e) if e else X
     problems: list[str] = []
     for h, G in enumerate(group_ranges(X.shape[0], k), start=1):
         X_S = X[G.start:G.stop]
@@ -93,7 +102,7 @@ def violations(X: np.ndarray, k: int, shifted: bool = False) -> list[str]:
         resid, tol = span_distances(X_S, X[:G.start])
         for t in np.flatnonzero(resid <= tol):
             problems.append(f"{name}: the {query} of example {int(t)} lies in the span of the {queries} of "
-                            f"group G_{h} (examples {G.start}..{G.stop - 1}), distance {resid[t]:.3g}")
+                            f"group G_{h} (examples {G.start}..{G.stop - 1}), distance {math.ldexp(float(resid[t]), e):.3g}")
     return problems
 
 

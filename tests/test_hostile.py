@@ -1243,3 +1243,40 @@ def test_more_outputs_than_token_dimensions_are_refused_with_or_without_the_skip
     path.write_bytes(data.to_bytes())
     code, _, err = run(["build", path, "--out", tmp_path / "o"] + (["--skip"] if skip else []), capsys)
     assert code == 2 and "d_o = 5" in err and "Traceback" not in err and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("factor", [1e160, 1e300])
+def test_prelayer_auto_on_huge_data_meeting_a1_builds_as_without_it(small, factor):
+    # A hostile trial: queries meeting A1, scaled beyond 1e154, build with prelayer "none" (at
+    # unit scale), but "auto" tested them at their own scale, where the span distances' norms
+    # overflowed: every earlier query "lies in the span ... distance inf", numpy's overflow
+    # warnings on stderr, and the build refused.
+    data = as_dataset(small.E * factor, small.X * factor, small.Y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = build(data, 3, prelayer="auto")
+    assert result.prelayer is None and verify(result.weights, data).passed
+
+
+def test_prelayer_auto_on_huge_repeated_queries_takes_the_layer(small):
+    # The same at 1e200 with repeated queries (what auto is for): it refused them, saying that
+    # the shifted queries fail as well (distance inf); at unit scale it takes the pre-layer.
+    X = np.tile(small.X[:1], (small.T, 1))
+    for factor in (1.0, 1e200):
+        data = as_dataset(small.E * factor, X * factor, small.Y)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            result = build(data, 3, prelayer="auto")
+        assert result.prelayer == "mean-shift" and verify(result.weights, data).passed, factor
+
+
+@pytest.mark.parametrize("top", [1e308, 1.7e308])
+def test_prelayer_auto_at_float64s_limit_is_refused_without_warnings(small, top):
+    # Repeated queries near float64's top: auto's trial of the pre-layer overflowed and numpy's
+    # "overflow encountered in add" reached stderr twice before the right refusal.
+    k = top / max(np.abs(small.E).max(), np.abs(small.X).max())
+    data = as_dataset(small.E * k, np.tile(small.X[:1], (small.T, 1)) * k, small.Y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(InputError, match="data out of range"):
+            build(data, 3, prelayer="auto")
