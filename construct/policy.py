@@ -154,7 +154,7 @@ def choose(data: Dataset, heads: int, chosen, build_at: Callable, d_h: int | Non
     except ConstructionError as exc:
         if not small:
             raise ConstructionError(f"{exc}; the mpmath path is beyond its budget at this size "
-                                    f"(T·H·d·(n+T) > {MP_BUDGET})") from None
+                                    f"(T·H·max(d, d_h)·(n+T) > {MP_BUDGET})") from None
         # A float64 build that ran to the end and failed its check still predicts its rounding.
         feature_rounding, condition = (1.0, float("inf")) if exc.result is None else _prediction(exc.result, data)
         why = f"auto: float64 failed ({str(exc).split(';')[0]})"
