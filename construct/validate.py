@@ -70,7 +70,24 @@ def a2_problem(data: Dataset) -> str | None:
     return (f"E: context of example(s) {index_list(bad)} is not of full row rank to float64's precision "
             f"(A2 needs rank E^(t) = n = {n}: distinct, linearly independent tokens); what would "
             "build: remove or perturb the repeated (or dependent) tokens, or add a positional "
-            "encoding to the tokens, which tells a token at two positions apart" + _column_scales(data.E))
+            "encoding to the tokens, which tells a token at two positions apart" + _column_scales(data.E)
+            + _token_scales(data.E, bad))
+
+
+def _token_scales(E, bad) -> str:
+    """Where a failing context's tokens differ in size by more than float64's precision can
+    combine, say so: then the context can be of full rank in exact arithmetic (nothing repeats)
+    and not in float64. Sizes as each token's largest entry (a norm can overflow)."""
+    top = np.abs(E[bad]).max(axis=2)                             # (failing contexts, n)
+    spans = [int(np.ptp(np.frexp(row[row > 0])[1])) if np.count_nonzero(row) > 1 else 0 for row in top]
+    wide = [(int(t), span) for t, span in zip(bad, spans) if span > 53]
+    if not wide:
+        return ""
+    t, span = max(wide, key=lambda pair: pair[1])
+    others = f" (and of {len(wide) - 1} more of these examples)" if len(wide) > 1 else ""
+    return (f"; the tokens of example {t}{others} differ in size by a factor of at least 2^{span - 1} (about "
+            f"1e{int((span - 1) * 0.30103)}), more than float64's 53 bits combine: bring each context's tokens "
+            "towards one size")
 
 
 def _column_scales(E) -> str:

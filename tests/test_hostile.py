@@ -835,6 +835,23 @@ def test_contexts_of_full_rank_only_beyond_float64_are_named_as_such(small):
     assert "not of full row rank" in str(exc.value) and "columns differ" not in str(exc.value)
 
 
+def test_tokens_of_sizes_beyond_float64_are_named_as_such(small):
+    # From a hostile numerical review: tokens of 1e150 and 1e-150 in one context are independent
+    # in exact arithmetic, and the refusal advised removing "the repeated (or dependent) tokens",
+    # though nothing repeats; it names the tokens' sizes as the cause.
+    E = small.E.copy()
+    E[1, 0] *= 1e150
+    E[1, 1] *= 1e-150
+    with pytest.raises(InputError) as exc:
+        build(as_dataset(E, small.X, small.Y), 3)
+    message = str(exc.value)
+    assert "example(s) 1 " in message and "tokens of example 1 differ in size by a factor of at least 2^" in message
+    assert "columns differ" not in message, message
+    with pytest.raises(InputError) as exc:                              # a plain repeated token: no such hint
+        build(as_dataset(np.concatenate([small.E[:, :1], small.E[:, :2]], axis=1), small.X, small.Y), 3)
+    assert "differ in size" not in str(exc.value)
+
+
 def test_long_double_values_beyond_float64_are_named_as_such(small):
     # A hostile trial: a long double 1e400 gave "RuntimeWarning: overflow encountered in cast",
     # then "non-finite values (NaN or inf)", though the value is finite where it was written.
