@@ -49,10 +49,18 @@ def span_distances(X_S: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarr
     """
     m, d = X_S.shape
     Q = FLOAT64.span_projector(X_S.T)
-    dist = FLOAT64.vector_norm(V - (V @ Q) @ Q.T, axis=1)
+    dist = _row_norms(V - (V @ Q) @ Q.T)
     s_max = FLOAT64.norm2(X_S) if X_S.size else 0.0
-    scale = np.maximum(s_max, FLOAT64.vector_norm(V, axis=1))
+    scale = np.maximum(s_max, _row_norms(V))
     return dist, 2 * (m + 1) * d * EPS * scale
+
+
+def _row_norms(A: np.ndarray) -> np.ndarray:
+    """Each row's 2-norm, each row scaled by its largest entry first: squares of entries below
+    1e-154 underflow, and a distance of 1e-200 read as 0 named a query "in the span" of others."""
+    top = np.abs(A).max(axis=1, initial=0.0) if A.size else np.zeros(A.shape[0])
+    safe = np.where(top > 0, top, 1.0)
+    return FLOAT64.vector_norm(A / safe[:, None], axis=1) * top
 
 
 # How many violations the error lists before it counts the rest.
@@ -114,10 +122,25 @@ def refusal(X: np.ndarray, k: int, problems: list[str], shifted: bool = False,
                                  if len(problems) > _SHOWN else [])
     assumption = ("A3: the queries shifted by their contexts' means (Proposition 4's pre-layer), any "
                   f"{k} of them linearly independent" if shifted else f"A1 (any {k} of them linearly independent)")
-    return InputError(shown + (remedies(X, k, shifted) if advice is None else advice),
+    return InputError(shown + _query_scales(X, shifted) + (remedies(X, k, shifted) if advice is None else advice),
                       what=f"the {'shifted queries' if shifted else 'queries'} do not meet {assumption}: "
                            f"{len(problems)} violation(s) found while splitting the examples into head groups "
                            "(docs/math.md §4.2)", counted=False)
+
+
+def _query_scales(X: np.ndarray, shifted: bool) -> list[str]:
+    """A line where the queries' sizes span more than float64's precision can combine: then
+    queries independent in exact arithmetic can test as dependent. Sizes as each query's largest
+    entry (a norm can overflow)."""
+    top = np.abs(X).max(axis=1, initial=0.0) if X.size else np.zeros(0)
+    exponents = np.frexp(top[top > 0])[1]
+    if exponents.size < 2 or exponents.max() - exponents.min() <= 53:
+        return []
+    span = int(exponents.max() - exponents.min())
+    name = "the shifted queries x + mean(E)" if shifted else "the queries"
+    return [f"{name} differ in size by a factor of at least 2^{span - 1} (about 1e{int((span - 1) * 0.30103)}), "
+            "more than float64's 53 bits combine: queries independent in exact arithmetic can test as "
+            "dependent here; bring them towards one size"]
 
 
 def refuse_identical_inputs(E: np.ndarray, X: np.ndarray, Y: np.ndarray) -> None:

@@ -852,6 +852,24 @@ def test_tokens_of_sizes_beyond_float64_are_named_as_such(small):
     assert "differ in size" not in str(exc.value)
 
 
+def test_queries_of_sizes_beyond_float64_are_named_as_such():
+    # From a hostile numerical review: queries of 1e200 and 1e-200 among ones of size 1. The
+    # refusal said that example 0 (size 1) "lies in the span of" group G_2 at "distance 0": at
+    # the unit scale of the test its distance's square underflowed. It names the sizes instead.
+    rng = np.random.default_rng(0)
+    E, X, Y = rng.standard_normal((5, 3, 6)), rng.standard_normal((5, 6)), rng.standard_normal((5, 1))
+    X[1] *= 1e200
+    X[2] *= 1e-200
+    with pytest.raises(InputError) as exc:
+        build(as_dataset(E, X, Y), 2)
+    message = str(exc.value)
+    assert "example 0 lies in the span" not in message, message
+    assert "queries differ in size by a factor of at least 2^" in message, message
+    with pytest.raises(InputError) as exc:                 # queries of one size: no such line
+        build(as_dataset(E, np.repeat(X[:1] * 0 + 1.0, 5, axis=0), Y), 2, prelayer="none")
+    assert "differ in size" not in str(exc.value)
+
+
 def test_long_double_values_beyond_float64_are_named_as_such(small):
     # A hostile trial: a long double 1e400 gave "RuntimeWarning: overflow encountered in cast",
     # then "non-finite values (NaN or inf)", though the value is finite where it was written.
