@@ -9,6 +9,8 @@ bits the prediction asks for (:func:`construct.precision.bits_needed`).
 
 from __future__ import annotations
 
+import math
+from decimal import ROUND_CEILING, Decimal
 from typing import Callable
 
 import numpy as np
@@ -108,6 +110,15 @@ def errors_at(weights: Weights, data: Dataset) -> tuple[float, float]:
     return dword.error_bound(out, data.Y), dword.error_bound(out, out64)
 
 
+def _up3(bound: float) -> str:
+    """A bound to 3 significant digits, rounded up (to nearest, it would state less than it is)."""
+    exact = Decimal(bound)
+    if bound == 0 or not exact.is_finite():
+        return f"{bound:.3g}"
+    up = float(exact.quantize(Decimal(1).scaleb(exact.adjusted() - 2), rounding=ROUND_CEILING))
+    return f"{up:.3g}" if math.isfinite(up) else repr(bound)          # next to float's largest: as it is
+
+
 def choose(data: Dataset, heads: int, chosen, build_at: Callable, d_h: int | None = None,
            tol: float | None = None):
     """The build at the precision ``chosen`` (a :class:`Precision`, or ``"auto"``), with key/query
@@ -145,8 +156,8 @@ def choose(data: Dataset, heads: int, chosen, build_at: Callable, d_h: int | Non
             exact, rounding = errors_at(result.weights, data)
             if exact + EVALUATION_SLACK * rounding <= v.tol:
                 result.precision_reason = (f"auto: float64; the exact outputs of these weights (enclosed in "
-                                           f"double words) are within {exact:.3g} of the labels, and float64 "
-                                           f"evaluation moves them by at most {rounding:.3g}")
+                                           f"double words) are within {_up3(exact)} of the labels, and float64 "
+                                           f"evaluation moves them by at most {_up3(rounding)}")
                 return result
         why = (f"auto: in float64, docs/math.md §5's worst-case estimate puts the rounding at {ratio:.3g}x what "
                f"keeps the rank and up to {feature_rounding * condition:.3g} on the outputs (allowed "
