@@ -159,7 +159,7 @@ def build(data: Dataset, heads: int | None = None, *, head_dim: int | None = Non
 
     def at_each_precision(problem: Dataset, with_skip: bool, inputs=None, accurate=None) -> BuildResult:
         return policy.choose(problem, H, chosen, lambda prec, why: at(problem, prec, why, with_skip, inputs, accurate),
-                             d_h, tol=tol)
+                             d_h, tol=tol, layer_words=accurate)
 
     exponents = scaling_exponents(data, bool(skip))
     if exponents is not None:

@@ -98,15 +98,22 @@ def mpmath_size(data: Dataset, H: int, d_h: int | None = None) -> str | None:
         f"against {MP_BUDGET:,})")
 
 
-def errors_at(weights: Weights, data: Dataset) -> tuple[float, float]:
+def errors_at(weights: Weights, data: Dataset, layer_words=None) -> tuple[float, float]:
     """For float64 weights: upper bounds on ``max |f − y|`` of their exact model and on
     ``max |f_64 − f|``, the rounding of numpy's float64 forward pass, from the outputs in double
     words (:func:`construct.accurate.outputs`: within about ``u²·cond`` of the exact ones, with a
     rigorous radius; ``inf`` where they are not finite). Milliseconds where mpmath at 106 bits took
-    seconds (3 s at T = 57 on a shared context)."""
+    seconds (3 s at T = 57 on a shared context).
+
+    ``layer_words()``, if given: a pre-layer's outputs in double words (as the build's
+    refinement takes them), where ``data`` holds that layer's float64 outputs: the exact model is
+    then the two layers on the data the layer read, not this layer on ``data``'s rounded values."""
     out64 = forward(data.E, data.X, weights)
-    E = data.E[0] if accurate.shared_context(data.E) else data.E
-    out = accurate.outputs(weights, *accurate.layer_inputs(weights.prelayer, E, data.X))
+    if layer_words is not None:
+        out = accurate.outputs(weights, *layer_words())
+    else:
+        E = data.E[0] if accurate.shared_context(data.E) else data.E
+        out = accurate.outputs(weights, *accurate.layer_inputs(weights.prelayer, E, data.X))
     return dword.error_bound(out, data.Y), dword.error_bound(out, out64)
 
 
@@ -120,9 +127,10 @@ def _up3(bound: float) -> str:
 
 
 def choose(data: Dataset, heads: int, chosen, build_at: Callable, d_h: int | None = None,
-           tol: float | None = None):
+           tol: float | None = None, layer_words=None):
     """The build at the precision ``chosen`` (a :class:`Precision`, or ``"auto"``), with key/query
-    width ``d_h`` (default ``n``).
+    width ``d_h`` (default ``n``). ``layer_words``: as in :func:`errors_at`, where ``data`` are a
+    pre-layer's float64 outputs.
 
     ``build_at(prec, why)`` runs the construction at one precision and returns its result. With
     ``tol``, auto's mpmath path aims below a sixteenth of the error it allows, where that is
@@ -153,7 +161,7 @@ def choose(data: Dataset, heads: int, chosen, build_at: Callable, d_h: int | Non
         if ratio <= 1.0 and feature_rounding * condition <= v.tol:
             return result
         if ratio <= 1.0 and small:
-            exact, rounding = errors_at(result.weights, data)
+            exact, rounding = errors_at(result.weights, data, layer_words)
             if exact + EVALUATION_SLACK * rounding <= v.tol:
                 result.precision_reason = (f"auto: float64; the exact outputs of these weights (enclosed in "
                                            f"double words) are within {_up3(exact)} of the labels, and float64 "
