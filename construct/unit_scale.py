@@ -86,6 +86,6 @@ def build_scaled(data: Dataset, exponents: tuple[int, int, int], skip: bool, tol
                          f"{check.max_abs_error:.3g} (allowed {check.tol:.3g}), because float64 overflows or "
                          "underflows; rescale E, X or Y towards 1", what="data out of range")
     result.weights, result.data, result.verification = weights, data, check
-    result.precision_reason += (f"; built at unit scale (E, X, targets divided by 2^{e_E}, 2^{e_X}, 2^{e_Y}) "
-                                "and the weights scaled back exactly")
+    result.precision_reason += (f"; built at unit scale (E, X, targets divided by 2^{e_E}, 2^{e_X}, 2^{e_Y}; "
+                                "the figures above are at that scale) and the weights scaled back exactly")
     return result

@@ -667,3 +667,14 @@ def test_autos_stated_measurement_is_rounded_up(monkeypatch):
         stated = _stated_measurement(result.precision_reason)
         assert stated[0] >= measured[0][0] and stated[1] >= measured[0][1], (stated, measured[0], seed)
 
+
+def test_autos_measurement_at_unit_scale_says_so():
+    # A review: labels near 1e30 are built at unit scale (targets divided by 2^100), and auto's
+    # measurement there was stated as "the exact outputs of these weights are within 4.71e-14 of
+    # the labels", of the weights scaled back, whose exact error is 6e16 (2^100 times that).
+    data = synthetic("shared", T=31, n=4, d=8, seed=0)
+    result = build(as_dataset(data.E, data.X, data.Y * 1e30))
+    reason = result.precision_reason
+    stated = _stated_measurement(reason)[0]
+    assert result.weights.bits is None and stated < 1e-10, reason       # the unit-scale figure
+    assert "2^100" in reason and "the figures above are at that scale" in reason, reason
