@@ -220,10 +220,10 @@ def _exp2_table() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     roots ``x_{i+1} = ⌊√(x_i·F)⌋``, each of ``v_i = 2^(j/2^i)·F``. If ``v_i − e_i ≤ x_i ≤ v_i``,
     then ``√(x_i F) ≥ v_{i+1} − e_i·F/(2√(x_i F)) ≥ v_{i+1} − e_i/2`` (as ``x_i ≥ F``), so
     ``e_{i+1} ≤ e_i/2 + 1`` and ``e_8 < 2``: ``2^(j/256)`` lies in ``[x_8, x_8 + 2]·2^-200``.
-    Integers of about 460 bits (a few milliseconds for the table; the 256th root of
-    ``2^(j + 30720)`` it was once taken from took a quarter of a second), and integers only:
-    the table is built at ``exp``'s first use, in whichever threads call it, and mpmath's
-    working precision is one setting for the whole process.
+    Integers of at most 656 bits (``x_0·F`` at ``j = 255``; a few milliseconds for the table;
+    the 256th root of ``2^(j + 30720)`` it was once taken from took a quarter of a second), and
+    integers only: the table is built at ``exp``'s first use, in whichever threads call it, and
+    mpmath's working precision is one setting for the whole process.
     """
     bits = 200
     hi, lo, rest = (np.empty(2 ** _STEPS) for _ in range(3))

@@ -23,8 +23,9 @@ from .limits import allowed_error
 from .model import Weights, forward
 from .precision import ERROR_TARGET, FLOAT64 as F64, MAX_BITS, Precision, bits_needed
 
-# The mpmath construction takes on problems up to this many operations, T·H·d·(n + T) (seconds
-# of Python); so does auto's measurement of float64 outputs (errors_at), which costs far less.
+# The mpmath construction takes on problems up to this many operations, T·H·max(d, d_h)·(n + T)
+# (mp_cost; seconds of Python); so does auto's measurement of float64 outputs (errors_at), which
+# costs far less.
 MP_BUDGET = 1_000_000
 # auto keeps measured float64 weights when their exact outputs' error plus this many times the
 # rounding of numpy's float64 forward pass stays within the tolerance: any other float64
