@@ -43,7 +43,6 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 import numpy as np
 
@@ -256,26 +255,11 @@ def _interval_claims(weights: Weights, data: Dataset, bits: int) -> dict:
     return claims
 
 
-def _round3(x, up: bool):
-    """``x`` rounded outwards (up or down) to 3 significant digits: the bound a certificate states.
-
-    Bounds that differ only in their last bits (another BLAS, another summation order) then state
-    the same number. The float nearest the rounded decimal is still on the safe side of ``x``:
-    ``x`` itself is a float between them.
-    """
-    if x is None or isinstance(x, int) or x == 0 or not math.isfinite(x):
-        return x
-    exact = Decimal(x)
-    step = Decimal(1).scaleb(exact.adjusted() - 2)
-    rounded = float(exact.quantize(step, rounding=ROUND_CEILING if up else ROUND_FLOOR))
-    return rounded if math.isfinite(rounded) else x          # next to float's largest: as it is
-
-
 def _finish(claims: dict) -> Certificate:
     """Round the bounds outwards, decide what is proven, and render the sentences."""
     for key in CLAIMS:
         if key in claims:
-            claims[key] = {k: _round3(v, CLAIM_SCHEMA[k][0] == "upper") for k, v in claims[key].items()}
+            claims[key] = {k: enclose.round3(v, CLAIM_SCHEMA[k][0] == "upper") for k, v in claims[key].items()}
     for key, proven in _proven_by(claims).items():
         claims[key]["proven"] = proven
     if not claims["rank"]["proven"]:

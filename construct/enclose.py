@@ -17,6 +17,7 @@ bounds on the reduction, truncation and rounding errors.
 from __future__ import annotations
 
 import math
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 import numpy as np
 
@@ -42,6 +43,22 @@ def ieee_subnormals() -> bool:
     flushing them to zero (FTZ) or reading them as zero (DAZ)."""
     a = np.array([TINY, 2.0 ** -1022])
     return bool((a[0] + a[:1] * 0.0)[0] != 0.0 and (a[1:] * 0.5)[0] != 0.0)
+
+
+def round3(x, up: bool):
+    """``x`` rounded outwards (up or down) to 3 significant digits: the bound a certificate, or
+    a report, states.
+
+    Bounds that differ only in their last bits (another BLAS, another summation order) then state
+    the same number. The float nearest the rounded decimal is still on the safe side of ``x``:
+    ``x`` itself is a float between them. ``None``, integers, 0 and non-finite values as given.
+    """
+    if x is None or isinstance(x, int) or x == 0 or not math.isfinite(x):
+        return x
+    exact = Decimal(x)
+    step = Decimal(1).scaleb(exact.adjusted() - 2)
+    rounded = float(exact.quantize(step, rounding=ROUND_CEILING if up else ROUND_FLOOR))
+    return rounded if math.isfinite(rounded) else x          # next to float's largest: as it is
 
 
 def gamma(k: int) -> float:

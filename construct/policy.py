@@ -9,13 +9,11 @@ bits the prediction asks for (:func:`construct.precision.bits_needed`).
 
 from __future__ import annotations
 
-import math
-from decimal import ROUND_CEILING, Decimal
 from typing import Callable
 
 import numpy as np
 
-from . import accurate, dword
+from . import accurate, dword, enclose
 from .arith import FLOAT64
 from .data import Dataset
 from .errors import ConstructionError
@@ -118,15 +116,6 @@ def errors_at(weights: Weights, data: Dataset, layer_words=None) -> tuple[float,
     return dword.error_bound(out, data.Y), dword.error_bound(out, out64)
 
 
-def _up3(bound: float) -> str:
-    """A bound to 3 significant digits, rounded up (to nearest, it would state less than it is)."""
-    exact = Decimal(bound)
-    if bound == 0 or not exact.is_finite():
-        return f"{bound:.3g}"
-    up = float(exact.quantize(Decimal(1).scaleb(exact.adjusted() - 2), rounding=ROUND_CEILING))
-    return f"{up:.3g}" if math.isfinite(up) else repr(bound)          # next to float's largest: as it is
-
-
 def choose(data: Dataset, heads: int, chosen, build_at: Callable, d_h: int | None = None,
            tol: float | None = None, layer_words=None):
     """The build at the precision ``chosen`` (a :class:`Precision`, or ``"auto"``), with key/query
@@ -164,9 +153,10 @@ def choose(data: Dataset, heads: int, chosen, build_at: Callable, d_h: int | Non
         if ratio <= 1.0 and small:
             exact, rounding = errors_at(result.weights, data, layer_words)
             if exact + EVALUATION_SLACK * rounding <= v.tol:
+                exact, rounding = (enclose.round3(x, up=True) for x in (exact, rounding))   # as stated: up
                 result.precision_reason = (f"auto: float64; the exact outputs of these weights (enclosed in "
-                                           f"double words) are within {_up3(exact)} of the labels, and float64 "
-                                           f"evaluation moves them by at most {_up3(rounding)}")
+                                           f"double words) are within {exact:.3g} of the labels, and float64 "
+                                           f"evaluation moves them by at most {rounding:.3g}")
                 return result
         why = (f"auto: in float64, docs/math.md §5's worst-case estimate puts the rounding at {ratio:.3g}x what "
                f"keeps the rank and up to {feature_rounding * condition:.3g} on the outputs (allowed "
