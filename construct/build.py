@@ -45,7 +45,7 @@ __all__ = ["BuildResult", "HeadEvidence", "HeadTrace", "SCALES", "build", "capac
 @numpy_error_defaults
 def build(data: Dataset, heads: int | None = None, *, head_dim: int | None = None, value_dim: int | None = None,
           skip: bool = False, seed: int = 0, tol: float = DEFAULT_TOL, scale: str = "rank",
-          precision: str | Precision = "auto", progress: Progress | None = None,
+          precision: str | int | Precision = "auto", progress: Progress | None = None,
           trace: bool = False, device: str = "cpu", prelayer: str = "none") -> BuildResult:
     """Construct weights that memorize ``data`` exactly (Theorem 1; docs/math.md §4).
 

@@ -7,8 +7,12 @@ it into a message on stderr and a non-zero exit code, never a traceback.
 from __future__ import annotations
 
 import functools
+from typing import Callable, ParamSpec, TypeVar
 
 import numpy as np
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 class ConstructError(Exception):
@@ -66,7 +70,7 @@ class OutputError(ConstructError, OSError):
     message names the file and the folder, and nothing was changed there."""
 
 
-def numpy_error_defaults(fn):
+def numpy_error_defaults(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     """Run ``fn`` with underflow ignored and the caller's ``"raise"`` (or ``"call"``, ``"log"``) for
     the other floating-point errors turned into warnings, whatever the caller set with ``np.seterr``
     or ``np.errstate``: the engine relies on gradual underflow (a saturated softmax, an
@@ -74,7 +78,7 @@ def numpy_error_defaults(fn):
     ``all="raise"`` must not stop it halfway. What the caller ignores stays ignored, so the engine's
     own ``np.errstate`` blocks hold in the functions they call."""
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         state = {kind: ("warn" if mode in ("raise", "call", "log") else mode)
                  for kind, mode in np.geterr().items()}
         with np.errstate(**{**state, "under": "ignore"}):
