@@ -13,12 +13,12 @@ import numpy as np
 
 from .errors import InputError
 from .io import load_npz, npz_bytes
-from .limits import as_float64, finite_examples, flag, integer, real_array, require_memory, shape_of
+from .limits import as_float64, finite_examples, flag, integer, real_array, require_memory, same_values, shape_of
 
 SYNTHETIC_KINDS = ("independent", "shared", "general-position")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Dataset:
     """A validated dataset: finite float64 arrays of consistent shapes.
 
@@ -31,6 +31,9 @@ class Dataset:
         Y: labels, shape (T, d_o).
         classes: for classification data given as integer labels, the class id of each column
             of ``Y`` (the ids present, ascending); None otherwise.
+
+    Two datasets are equal (``==``) when their arrays have the same shapes and values and their
+    ``classes`` agree; a dataset holds arrays, so it is not hashable.
     """
 
     E: np.ndarray
@@ -58,6 +61,14 @@ class Dataset:
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {"E": self.E, "X": self.X, "Y": self.Y}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Dataset):
+            return NotImplemented
+        return self.classes == other.classes and all(same_values(getattr(self, k), getattr(other, k))
+                                                     for k in ("E", "X", "Y"))
+
+    __hash__ = None  # type: ignore[assignment]
 
     def to_bytes(self) -> bytes:
         """The dataset as a reproducible ``.npz`` file's bytes."""

@@ -68,6 +68,17 @@ def shape_of(value) -> tuple[int, ...] | None:
         return None
 
 
+def same_values(a, b) -> bool:
+    """Whether ``a`` and ``b`` are arrays of one shape with equal values (``0.0 == -0.0``), for
+    :class:`Dataset` and :class:`Weights` equality; what NumPy cannot compare is equal only to itself."""
+    if a is b:
+        return True
+    try:
+        return bool(np.array_equal(a, b))
+    except (ValueError, TypeError):          # ragged, or values without an ==
+        return False
+
+
 def callback(value, name: str):
     """``value`` if it is None or callable (a function the engine calls as it goes).
 

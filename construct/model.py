@@ -18,7 +18,7 @@ from .arith.mp import decimal_strings, from_decimal_strings
 from .arith.threads import row_blocks
 from .errors import InputError, numpy_error_defaults
 from .io import load_npz, npz_bytes
-from .limits import as_float64, finite_examples, flag, index_list, integer, real_array, shape_of
+from .limits import as_float64, finite_examples, flag, index_list, integer, real_array, same_values, shape_of
 
 
 def capacity(H: int, n: int, d_h: int) -> int:
@@ -52,7 +52,7 @@ def param_count(H: int, d: int, d_h: int, d_v: int, d_o: int) -> int:
     return H * d * (2 * d_h + d_v) + H * d_v * d + d * d_o
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Weights:
     """Weights of the model.
 
@@ -66,6 +66,9 @@ class Weights:
             bits, and the file keeps them exactly (see :meth:`arrays`).
         prelayer: None, or ``"mean-shift"``: Proposition 4's first layer runs before this one
             (:func:`mean_shift`), and these weights act on its outputs.
+
+    Two weights are equal (``==``) when their matrices have the same shapes and values and
+    ``skip``, ``bits`` and ``prelayer`` agree; weights hold arrays, so they are not hashable.
     """
 
     W_K: np.ndarray
@@ -138,6 +141,14 @@ class Weights:
     def load(path: str | os.PathLike) -> Weights:
         """:func:`load_weights`."""
         return load_weights(path)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Weights):
+            return NotImplemented
+        return ((self.skip, self.bits, self.prelayer) == (other.skip, other.bits, other.prelayer)
+                and all(same_values(getattr(self, name), getattr(other, name)) for name in _MATRICES))
+
+    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         shapes = {name: shape_of(getattr(self, name)) for name in _MATRICES}

@@ -160,3 +160,28 @@ def test_decimal_arrays_without_bits_are_refused_not_ignored(tmp_path):
     (tmp_path / "nobits.npz").write_bytes(npz_bytes(arrays))
     with pytest.raises(InputError, match=r"bits: missing.*_decimal"):
         load_weights(tmp_path / "nobits.npz")
+
+
+def test_datasets_and_weights_compare_by_value_and_are_unhashable(tmp_path):
+    # == on two Dataset (or Weights) objects raised numpy's "truth value of an array ... is
+    # ambiguous" ValueError (the dataclass compared tuples of arrays): a dataset loaded back, or
+    # unpickled, could not be compared with the original at all.
+    import pickle
+
+    from construct import as_dataset, build, synthetic
+    data = synthetic("independent", T=7, n=3, d=4, seed=0)
+    data.save(tmp_path / "d.npz")
+    assert load_dataset(tmp_path / "d.npz") == data and pickle.loads(pickle.dumps(data)) == data
+    assert as_dataset(data.E, data.X, data.Y[:, 0]) == data
+    assert data != synthetic("independent", T=7, n=3, d=4, seed=1) and data != "data" and data != None  # noqa: E711
+    labelled = as_dataset(data.E, data.X, labels=[0, 1, 2, 0, 1, 2, 0])
+    assert labelled == as_dataset(data.E, data.X, labels=[0, 1, 2, 0, 1, 2, 0])
+    assert labelled != as_dataset(data.E, data.X, Y=labelled.Y)                  # no class ids
+    w = build(data).weights
+    w.save(tmp_path / "w.npz")
+    assert load_weights(tmp_path / "w.npz") == w and pickle.loads(pickle.dumps(w)) == w
+    assert w != build(data, seed=1).weights and w != as_weights(w.W_K, w.W_Q, w.W_V, w.W_O, w.W_D, skip=True)
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(data)
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(w)
