@@ -161,7 +161,14 @@ MAX_CERTIFICATE_BYTES = 1 << 20
 
 def default_bits(weights: Weights) -> int:
     """The interval precision certify uses for ``weights``: their own bits (53 for float64) plus
-    :data:`EXTRA_BITS`; also the most it accepts."""
+    :data:`EXTRA_BITS`; also the most it accepts.
+
+    Raises:
+        InputError: ``weights`` is not :class:`Weights`.
+    """
+    if not isinstance(weights, Weights):
+        raise InputError(f"expected Weights (construct.as_weights), got {type(weights).__name__}",
+                         what="invalid weights")
     return (weights.bits or 53) + EXTRA_BITS
 
 
@@ -733,8 +740,11 @@ def _finite_float(value) -> bool:
 
 
 @numpy_error_defaults
-def check_certificate(cert: dict, weights: Weights, data: Dataset) -> list[str]:
+def check_certificate(cert: dict | Certificate, weights: Weights, data: Dataset) -> list[str]:
     """Reasons to reject ``cert`` for these files; empty when every field is proven again.
+
+    ``cert``: a certificate's dict (:func:`read_certificate`'s, or :attr:`Certificate.claims`), or
+    the :class:`Certificate` :func:`certify` returned.
 
     The certificate is recomputed from the two files with its own method, tolerance and interval
     precision (bounded: at most what :func:`certify` would use), and compared field by field as
@@ -746,6 +756,8 @@ def check_certificate(cert: dict, weights: Weights, data: Dataset) -> list[str]:
         InputError: a malformed certificate (:func:`read_certificate`) or a parameter out of
             bounds; the weights do not fit the data.
     """
+    if isinstance(cert, Certificate):
+        cert = cert.claims
     try:          # compact, as short as the file it came from: the size limit is for reading files
         text = json.dumps(cert, allow_nan=True, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError, RecursionError):

@@ -1190,3 +1190,17 @@ def test_an_accepted_certificate_says_what_it_proves_and_at_which_tolerance(env,
     assert claims == C.Certificate(cert, passed=True).lines()
     assert any(line.startswith("memorization") and "PROVEN" in line for line in claims)
     assert any(line.startswith("classification") for line in claims)
+
+
+def test_check_certificate_takes_what_certify_returns_and_default_bits_refuses_non_weights():
+    # check_certificate(certify(w, d), w, d) was refused as "not a JSON-like object of numbers and
+    # strings" (the Certificate itself, not its claims), and default_bits(None) raised a bare
+    # AttributeError.
+    data = construct.synthetic("independent", T=7, n=3, d=4, seed=0)
+    weights = construct.build(data).weights
+    cert = C.certify(weights, data)
+    assert C.check_certificate(cert, weights, data) == C.check_certificate(cert.claims, weights, data) == []
+    assert C.default_bits(weights) == 53 + C.EXTRA_BITS
+    for bad in (None, data, "weights.npz"):
+        with pytest.raises(InputError, match="expected Weights"):
+            C.default_bits(bad)
