@@ -404,13 +404,16 @@ def export(weights: Weights, fmt: str, out: str | os.PathLike, *, dtype: str = "
         float32 tolerance, 1e-4, for float32) and ``"labels_hold"``.
 
     Raises:
-        InputError: an unknown format or dtype, the format's library is not installed, or the
-            weights do not fit ``data``'s dimensions.
+        InputError: an unknown format or dtype, the format's library is not installed, the
+            weights do not fit ``data``'s dimensions, or ``tol`` given without ``data``.
     """
     from .io import write_atomic
     from .limits import allowed_error, tolerance
     from .verify import DEFAULT_TOL, FLOAT32_TOL
     out = as_path(out, "out")
+    if tol is not None and data is None:            # as the command line: not ignored
+        raise InputError("tol is the tolerance of the check on data, and there is none: give data, or leave tol out",
+                         what="invalid arguments")
     tol = tolerance((DEFAULT_TOL if dtype == "float64" else FLOAT32_TOL) if tol is None else tol)
     # Each format's library has its extra of the same name; ONNX files are checked by onnxruntime.
     needed = ([fmt] if fmt in FORMATS else []) + (["onnxruntime"] if fmt == "onnx" and data is not None else [])

@@ -415,3 +415,14 @@ def test_tensors_with_the_negative_bit_load_as_their_values_and_subclasses_are_r
     with pytest.raises(InputError, match="W_Q: a tensor subclass, MaskedTensor; expected a plain torch.Tensor") as info:
         load_state_dict({**state, "W_Q": masked})
     assert type(info.value) is InputError
+
+
+def test_export_refuses_a_tolerance_with_no_data_to_apply_it_to(small, tmp_path):
+    # The command line refuses --tol with no dataset ("an option with nothing to apply to is
+    # refused, not ignored"); export(..., tol=1e-3) with data=None wrote the file and ignored tol.
+    from construct.export import export
+    weights, _ = small
+    with pytest.raises(InputError, match="tol.*data"):
+        export(weights, "safetensors", tmp_path / "w.safetensors", tol=1e-3)
+    assert not (tmp_path / "w.safetensors").exists()
+    assert export(weights, "safetensors", tmp_path / "w.safetensors")["path"].endswith("w.safetensors")
