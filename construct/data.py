@@ -13,7 +13,7 @@ import numpy as np
 
 from .errors import InputError
 from .io import load_npz, npz_bytes
-from .limits import as_float64, finite_examples, flag, integer, real_array, require_memory, same_values, shape_of
+from .limits import as_float64, finite_examples, flag, integer, real_array, require_memory, restore_read_only, same_values, shape_of
 
 SYNTHETIC_KINDS = ("independent", "shared", "general-position")
 
@@ -69,6 +69,9 @@ class Dataset:
                                                      for k in ("E", "X", "Y"))
 
     __hash__ = None  # type: ignore[assignment]
+
+    def __setstate__(self, state: dict) -> None:
+        restore_read_only(self, state)
 
     def to_bytes(self) -> bytes:
         """The dataset as a reproducible ``.npz`` file's bytes."""

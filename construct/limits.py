@@ -79,6 +79,15 @@ def same_values(a, b) -> bool:
         return False
 
 
+def restore_read_only(obj, state: dict) -> None:
+    """``obj.__setstate__``: a frozen object unpickled or deep-copied gets ``state`` with its arrays
+    read-only again, as the engine made them (pickle and deepcopy give writeable copies)."""
+    for value in state.values():
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+    obj.__dict__.update(state)
+
+
 def callback(value, name: str):
     """``value`` if it is None or callable (a function the engine calls as it goes).
 

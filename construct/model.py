@@ -18,7 +18,7 @@ from .arith.mp import decimal_strings, from_decimal_strings
 from .arith.threads import row_blocks
 from .errors import InputError, numpy_error_defaults
 from .io import load_npz, npz_bytes
-from .limits import as_float64, finite_examples, flag, index_list, integer, real_array, same_values, shape_of
+from .limits import as_float64, finite_examples, flag, index_list, integer, real_array, restore_read_only, same_values, shape_of
 
 
 def capacity(H: int, n: int, d_h: int) -> int:
@@ -149,6 +149,9 @@ class Weights:
                 and all(same_values(getattr(self, name), getattr(other, name)) for name in _MATRICES))
 
     __hash__ = None  # type: ignore[assignment]
+
+    def __setstate__(self, state: dict) -> None:
+        restore_read_only(self, state)
 
     def __repr__(self) -> str:
         shapes = {name: shape_of(getattr(self, name)) for name in _MATRICES}

@@ -185,3 +185,22 @@ def test_datasets_and_weights_compare_by_value_and_are_unhashable(tmp_path):
         hash(data)
     with pytest.raises(TypeError, match="unhashable"):
         hash(w)
+
+
+def test_copies_and_unpickled_datasets_and_weights_keep_their_arrays_read_only():
+    # A Dataset's and Weights' arrays are read-only; pickle.loads and copy.deepcopy gave writeable
+    # ones, so a copy of an immutable object could be edited in place.
+    import copy
+    import pickle
+
+    from construct import build, synthetic
+    data = synthetic("independent", T=7, n=3, d=4, seed=0)
+    weights = build(data).weights
+    high = build(data, precision=80).weights                                    # object arrays
+    for obj, names in ((data, "EXY"), (weights, ("W_K", "W_Q", "W_V", "W_O", "W_D")),
+                       (high, ("W_K", "W_Q", "W_V", "W_O", "W_D"))):
+        for twin in (pickle.loads(pickle.dumps(obj)), copy.deepcopy(obj), copy.copy(obj)):
+            assert twin == obj
+            for name in names:
+                with pytest.raises(ValueError, match="read-only"):
+                    getattr(twin, name)[(0,) * getattr(twin, name).ndim] = 1.0
