@@ -208,9 +208,14 @@ def checked_weights(weights: Weights) -> Weights:
 def as_weights(W_K, W_Q, W_V, W_O, W_D, skip=False, prelayer=None) -> Weights:
     """Validate shapes and values and build :class:`Weights` from read-only copies.
 
+    ``prelayer``: None (or ``"none"``, as :func:`construct.build` spells it) or ``"mean-shift"``.
+
     Raises:
-        InputError: every wrong dimension, inconsistent shape or non-finite array, named.
+        InputError: every wrong dimension, inconsistent shape or non-finite array, named; an
+            unknown pre-layer.
     """
+    if isinstance(prelayer, str) and prelayer == "none":
+        prelayer = None
     given = {"W_K": W_K, "W_Q": W_Q, "W_V": W_V, "W_O": W_O, "W_D": W_D}
     problems, arr = [], {}
     for name, value in given.items():

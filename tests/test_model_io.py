@@ -204,3 +204,14 @@ def test_copies_and_unpickled_datasets_and_weights_keep_their_arrays_read_only()
             for name in names:
                 with pytest.raises(ValueError, match="read-only"):
                     getattr(twin, name)[(0,) * getattr(twin, name).ndim] = 1.0
+
+
+def test_as_weights_takes_the_pre_layers_names_that_build_takes():
+    # From an API review: build(prelayer="none") is the documented default, while
+    # as_weights(..., prelayer="none") was refused as an unknown layer.
+    arrays = dict(W_K=np.ones((1, 3, 2)), W_Q=np.ones((1, 3, 2)), W_V=np.ones((1, 3, 3)),
+                  W_O=np.ones((3, 3)), W_D=np.ones((3, 1)))
+    assert as_weights(**arrays, prelayer="none").prelayer is None
+    assert as_weights(**arrays, prelayer="mean-shift").prelayer == "mean-shift"
+    with pytest.raises(InputError, match="prelayer: unknown layer 'auto'"):
+        as_weights(**arrays, prelayer="auto")           # build's choice, not a layer
