@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
 from .data import Dataset
+from .limits import same_values
 from .model import Weights
 from .verify import Verification
 
@@ -57,7 +58,7 @@ class HeadEvidence:
     draws: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class HeadTrace:
     """The arrays one head's step produced (kept only with ``build(..., trace=True)``).
 
@@ -81,6 +82,13 @@ class HeadTrace:
     C: np.ndarray
     F: np.ndarray
     M: np.ndarray
+
+    def __eq__(self, other: object) -> bool:        # by value: the arrays' shapes and values
+        if not isinstance(other, HeadTrace):
+            return NotImplemented
+        return all(same_values(getattr(self, f.name), getattr(other, f.name)) for f in fields(self))
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)

@@ -215,3 +215,16 @@ def test_as_weights_takes_the_pre_layers_names_that_build_takes():
     assert as_weights(**arrays, prelayer="mean-shift").prelayer == "mean-shift"
     with pytest.raises(InputError, match="prelayer: unknown layer 'auto'"):
         as_weights(**arrays, prelayer="auto")           # build's choice, not a layer
+
+
+def test_build_results_with_traces_compare_by_value():
+    # From an API review: a result built with trace=True raised numpy's ambiguous-truth-value
+    # ValueError on ==, even against its own pickled copy (its traces hold arrays).
+    import pickle
+
+    from construct import build, synthetic
+    result = build(synthetic("independent", T=7, n=4, d=6, seed=0), 2, trace=True)
+    again = pickle.loads(pickle.dumps(result))
+    assert again == result and again.trace == result.trace
+    other = build(synthetic("independent", T=7, n=4, d=6, seed=1), 2, trace=True)
+    assert other.trace != result.trace
