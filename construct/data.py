@@ -71,7 +71,12 @@ class Dataset:
     __hash__ = None  # type: ignore[assignment]
 
     def __setstate__(self, state: dict) -> None:
-        restore_read_only(self, state)
+        if restore_read_only(self, state):      # validated when pickled: checked again (checked)
+            try:
+                fresh = checked(self)
+            except Exception:                   # refused, with the reasons, at the engine's door
+                return
+            self.__dict__.update(E=fresh.E, X=fresh.X, Y=fresh.Y, classes=fresh.classes, validated=True)
 
     def to_bytes(self) -> bytes:
         """The dataset as a reproducible ``.npz`` file's bytes."""

@@ -79,13 +79,27 @@ def same_values(a, b) -> bool:
         return False
 
 
-def restore_read_only(obj, state: dict) -> None:
-    """``obj.__setstate__``: a frozen object unpickled or deep-copied gets ``state`` with its arrays
-    read-only again, as the engine made them (pickle and deepcopy give writeable copies)."""
-    for value in state.values():
-        if isinstance(value, np.ndarray):
-            value.flags.writeable = False
-    obj.__dict__.update(state)
+def restore_read_only(obj, state: dict) -> bool:
+    """``obj.__setstate__``: a frozen object unpickled or copied gets ``state`` with its arrays
+    read-only again, as the engine made them (pickle and deepcopy give writeable copies); a
+    writeable array is seen through a read-only view, so that ``copy.copy`` leaves the arrays it
+    shares with the original (a caller's own, in an object made by hand) as they were.
+
+    Returns whether ``state`` said the object was validated; ``obj`` is left unvalidated: the
+    flag is a claim of the pickle's (an array made writeable again and edited, or a crafted
+    file), which the caller checks again before it restores it."""
+    state = {k: _read_only(v) if isinstance(v, np.ndarray) else v for k, v in state.items()}
+    claimed = state.pop("validated", False) is True
+    obj.__dict__.update(state, validated=False)
+    return claimed
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    if not a.flags.writeable:
+        return a
+    view = a.view()
+    view.flags.writeable = False
+    return view
 
 
 def callback(value, name: str):

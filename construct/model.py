@@ -151,7 +151,13 @@ class Weights:
     __hash__ = None  # type: ignore[assignment]
 
     def __setstate__(self, state: dict) -> None:
-        restore_read_only(self, state)
+        if restore_read_only(self, state):      # validated when pickled: checked again
+            try:
+                fresh = _checked_again(self)
+            except Exception:                   # refused, with the reasons, at the engine's door
+                return
+            if fresh == self:
+                self.__dict__.update(fresh.__dict__)
 
     def __repr__(self) -> str:
         shapes = {name: shape_of(getattr(self, name)) for name in _MATRICES}
@@ -203,6 +209,17 @@ def checked_weights(weights: Weights) -> Weights:
         raise InputError("high-precision weights come from build or load_weights; they cannot be checked "
                          "when made by hand", what="invalid weights")
     return as_weights(*arrays, skip=weights.skip, prelayer=weights.prelayer)
+
+
+def _checked_again(weights: Weights) -> Weights:
+    """Validated weights of the values of ``weights`` (not validated): :func:`checked_weights`'s
+    copy, or for high-precision weights those of their file's arrays, read back as
+    :func:`load_weights` reads them."""
+    if weights.bits is None:
+        return checked_weights(weights)
+    arrays = weights.arrays()
+    rounded = as_weights(*(arrays[name] for name in _MATRICES), skip=weights.skip, prelayer=weights.prelayer)
+    return _exact_weights(arrays, rounded, "the copied weights")
 
 
 def as_weights(W_K, W_Q, W_V, W_O, W_D, skip=False, prelayer=None) -> Weights:

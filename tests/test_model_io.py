@@ -228,3 +228,35 @@ def test_build_results_with_traces_compare_by_value():
     assert again == result and again.trace == result.trace
     other = build(synthetic("independent", T=7, n=4, d=6, seed=1), 2, trace=True)
     assert other.trace != result.trace
+
+
+def test_unpickled_and_copied_datasets_and_weights_are_checked_again():
+    # A review of the read-only copies: unpickled and deep-copied objects came back with the flag
+    # that says "validated" and, now, read-only arrays, so the engine took them unchecked. A pickle
+    # made after an array was made writeable again and edited (or crafted) carried NaN, inf or
+    # shapes that as_dataset and as_weights refuse, and build raised LinAlgError, verify reported
+    # an infinite error, instead of the input errors. And copy.copy of a Dataset made by hand
+    # made the caller's own arrays read-only.
+    import copy
+    import pickle
+
+    from construct import build, synthetic, verify
+    from construct.data import Dataset
+    data = synthetic("independent", T=7, n=3, d=4, seed=0)
+    weights, high = build(data).weights, build(data, precision=80).weights
+    for twin in (pickle.loads(pickle.dumps(high)), copy.deepcopy(high), copy.copy(high)):
+        assert twin == high and verify(twin, data).passed      # still taken: built, then copied
+    for twin in (pickle.loads(pickle.dumps(data)), copy.deepcopy(data)):
+        assert twin == data and verify(weights, twin).passed
+    edited, bad = copy.deepcopy(data), copy.deepcopy(weights)
+    for obj, name, value in ((edited, "E", np.nan), (bad, "W_K", np.inf)):
+        getattr(obj, name).flags.writeable = True        # it owns its memory: numpy allows it
+        getattr(obj, name)[(0,) * getattr(obj, name).ndim] = value
+    for copied in (lambda o: pickle.loads(pickle.dumps(o)), copy.deepcopy, copy.copy):
+        with pytest.raises(InputError, match=r"E: non-finite values \(NaN or inf\) in example\(s\) 0"):
+            build(copied(edited))
+        with pytest.raises(InputError, match=r"W_K: non-finite values"):
+            verify(copied(bad), data)
+    E, X, Y = np.ones((2, 2, 2)), np.eye(2), np.ones((2, 1))
+    copy.copy(Dataset(E, X, Y))
+    assert E.flags.writeable and X.flags.writeable and Y.flags.writeable       # the caller's own
