@@ -140,7 +140,7 @@ def _query_scales(X: np.ndarray, shifted: bool) -> list[str]:
     name = "the shifted queries x + mean(E)" if shifted else "the queries"
     return [f"{name} differ in size by a factor of at least 2^{span - 1} (about 1e{int((span - 1) * 0.30103)}), "
             "more than float64's 53 bits combine: queries independent in exact arithmetic can test as "
-            "dependent here; bring them towards one size"]
+            "dependent here (the ranks in these lines are float64's); bring them towards one size"]
 
 
 def refuse_identical_inputs(E: np.ndarray, X: np.ndarray, Y: np.ndarray) -> None:
