@@ -264,6 +264,8 @@ def _cmd_export(args) -> int:
     _not_a_build_file(args.out, args.weights, data_file, instead=_EXPORT_NAMES[args.format])
     check_file_target(args.out, "--out")
     data = load_dataset(data_file) if data_file is not None else None
+    if data is not None:
+        _note_other_classes("export", Path(args.weights), data)
     linked, unlinked = _report_of(report, Path(args.weights))
     info = export(weights, args.format, args.out, dtype=args.dtype, data=data, tol=args.tol, report_sha256=linked)
     print(f"wrote        {info['path']} ({info['format']}, {info['dtype']})")

@@ -753,7 +753,7 @@ def test_build_does_not_rewrite_its_own_input_into_another_file(tmp_path, capsys
     assert code == 0, err                                      # build's own data.npz: rewritten as it is
 
 
-@pytest.mark.parametrize("command", ["verify", "certify"])
+@pytest.mark.parametrize("command", ["verify", "certify", "export"])
 def test_class_ids_other_than_the_builds_are_noted(tmp_path, capsys, good, command):
     """The weights hold no class ids: output column j is the j-th class in sorted order. Labels
     5, 6, 7 give the same one-hot targets as 0, 1, 2, so the check passes; the report beside
@@ -764,11 +764,15 @@ def test_class_ids_other_than_the_builds_are_noted(tmp_path, capsys, good, comma
     shifted = write(tmp_path / "b.npz", E=good["E"], X=good["X"], labels=labels + 5)
     assert run(["build", built, "--out", tmp_path / "run", "--quiet"], capsys)[0] == 0
     weights = tmp_path / "run" / "weights.npz"
-    code, _, err = run([command, weights, shifted], capsys)
+
+    def argv(data):
+        return ([command, weights, "--data", data, "--format", "safetensors", "--out", tmp_path / "w.safetensors"]
+                if command == "export" else [command, weights, data])
+    code, _, err = run(argv(shifted), capsys)
     assert code == 0                                  # the columns agree: the check itself passes
     assert "class ids [5, 6, 7]" in err and "[0, 1, 2]" in err and "report.json" in err
-    code, _, err = run([command, weights, built], capsys)
+    code, _, err = run(argv(built), capsys)
     assert code == 0 and "class ids" not in err       # the same ids: nothing to say
     (tmp_path / "run" / "report.json").write_text("{}")   # a report of other weights says nothing
-    code, _, err = run([command, weights, shifted], capsys)
+    code, _, err = run(argv(shifted), capsys)
     assert code == 0 and "class ids" not in err
