@@ -172,6 +172,16 @@ def _build_into(args, out) -> dict:
         d = args.dim or DEFAULT_PROBLEM["dim"]
         d_h = args.head_dim or n
         T = args.examples or capacity(heads, n, d_h)
+        from .arith.gpu import resolve
+        if resolve(args.device).name == "cpu":     # sized as build sizes it, before its data is drawn
+            from types import SimpleNamespace
+
+            from .limits import require_memory
+            from .validate import memory_estimate
+            d_o = args.out_dim or 1
+            require_memory(memory_estimate(SimpleNamespace(T=T, n=n, d=d, d_o=d_o), heads, d_h,
+                                           args.value_dim or d_o),
+                           f"a build of T = {T} examples (n = {n}, d = {d}) with H = {heads} heads")
         data = synthetic(kind, T=T, n=n, d=d, d_o=args.out_dim or 1, seed=args.seed,
                          positional=args.positional)
         source = {"source": f"synthetic {kind}", "synthetic": {"kind": kind, "T": T, "n": n, "d": d,

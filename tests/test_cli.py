@@ -776,3 +776,20 @@ def test_class_ids_other_than_the_builds_are_noted(tmp_path, capsys, good, comma
     (tmp_path / "run" / "report.json").write_text("{}")   # a report of other weights says nothing
     code, _, err = run(argv(shifted), capsys)
     assert code == 0 and "class ids" not in err
+
+
+def test_a_synthetic_build_too_large_is_refused_before_its_data_is_drawn(tmp_path, capsys, monkeypatch):
+    """A researcher's trial: `--synthetic independent --heads 3000 --context 32 --dim 64` drew its
+    1.5 GB of data (3.1 GB peak, 6 s) before build's own estimate refused the request (464 GiB):
+    the data's estimate fit, the build's did not. The build's estimate comes first."""
+    import construct.data
+    import construct.limits as limits
+    monkeypatch.setattr(limits, "available_memory", lambda: 2 * 2**20)   # the data fits, the build does not
+
+    def drawn(*args, **kwargs):
+        raise AssertionError("the synthetic data was drawn before the build was sized")
+    monkeypatch.setattr(construct.data, "synthetic", drawn)
+    code, _, err = run(["build", "--synthetic", "independent", "--heads", 40, "--out", tmp_path / "run"], capsys)
+    assert code == 2, err
+    assert "request too large" in err and "a build of T = 281 examples" in err and "H = 40 heads" in err
+    assert not (tmp_path / "run").exists()
