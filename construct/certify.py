@@ -54,7 +54,7 @@ from .arith.threads import row_blocks
 from .data import Dataset, checked
 from .errors import ConstructError, InputError, numpy_error_defaults
 from .io import json_bytes, sha256, write_atomic
-from .limits import allowed_error, callback, integer, tolerance
+from .limits import allowed_error, callback, integer, require_memory, tolerance
 from .model import Weights, check_compatible, checked_weights, feature_matrix, layer_inputs, output_from_features
 from .verify import DEFAULT_TOL
 
@@ -205,6 +205,12 @@ def certify(weights: Weights, data: Dataset, *, tol: float = DEFAULT_TOL, bits: 
         raise InputError(f"interval precision {bits} bits exceeds what certify uses for these weights "
                          f"({top} bits)", what="invalid option")
     T, n, d = data.E.shape
+    # Sized as verify is, before anything large: Z and G (T ≤ H·d, so G is at most Z), each
+    # head's key map, and on one shared context the softmax, its radius and the residual route's
+    # right inverse beside Z (measured peaks: 1.6-1.9 Z on contexts of their own, 4.1-5.1 Z shared).
+    copies = 5 if T > 1 and shared_context(data.E) else 2
+    require_memory(8 * (copies * T * weights.H * d + 2 * T ** 2 + weights.H * d ** 2),
+                   f"certifying T = {T} examples on H = {weights.H} heads")
     ieee = enclose.ieee_subnormals()
     if method == "float64" and not ieee:
         raise ConstructError("float64 here flushes subnormal numbers to zero (a library built with -ffast-math, "

@@ -1204,3 +1204,21 @@ def test_check_certificate_takes_what_certify_returns_and_default_bits_refuses_n
     for bad in (None, data, "weights.npz"):
         with pytest.raises(InputError, match="expected Weights"):
             C.default_bits(bad)
+
+
+def test_certify_refuses_what_cannot_fit_in_memory_before_it_computes(tmp_path, monkeypatch):
+    """A researcher's review: verify sizes itself (2 Z + 2 T² + H d²) and refuses what cannot fit,
+    certify did not size itself at all (it holds Z and G, and up to 5 Z on shared contexts): a
+    request beyond the machine went on to allocate until NumPy failed or the system killed it."""
+    import construct.limits as limits
+    data = construct.synthetic("independent", T=57, n=8, d=16, seed=0)
+    result = construct.build(data, 8)
+    result.save(tmp_path / "run")
+    monkeypatch.setattr(limits, "available_memory", lambda: 10 * 2**10)
+    for method in ("auto", "float64", "interval"):
+        with pytest.raises(InputError, match=r"request too large .*certifying T = 57 examples on H = 8 heads "
+                                             r"needs about .* of memory"):
+            C.certify(result.weights, data, method=method)
+    code, out, err = cli("certify", tmp_path / "run" / "weights.npz", tmp_path / "run" / "data.npz")
+    one_line_error(code, out, err)
+    assert "request too large" in err
