@@ -14,9 +14,11 @@ import math
 import os
 import re
 import shlex
+import signal
 import stat
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -902,6 +904,7 @@ def _main(argv: list[str] | None) -> int:
     saved = sys.stdout
     if saved is not None:                     # None where fd 1 is closed (`>&-`): print writes nothing
         sys.stdout = _Stdout(saved)
+    before = _stop_on_sigterm()
     try:
         code = args.run(args)
         if sys.stdout is not None:
@@ -919,16 +922,40 @@ def _main(argv: list[str] | None) -> int:
     except MemoryError:
         print(f"mha-construct {args.command}: error: out of memory; {_what_was_written()}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"mha-construct {args.command}: interrupted{_what_was_written(' after writing ')}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        stop = "terminated (SIGTERM)" if isinstance(exc, _Terminated) else "interrupted"
+        print(f"mha-construct {args.command}: {stop}{_what_was_written(' after writing ')}", file=sys.stderr)
+        return 143 if isinstance(exc, _Terminated) else 130
     finally:
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
         if sys.stdout is not None:
             try:
                 sys.stdout.flush()
             except OSError:                   # named above where it could be; the code is given
                 pass
         sys.stdout = saved
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (a batch scheduler's time limit, ``kill``), raised where the command is, so that it
+    stops as on Ctrl-C: what it was writing removed, its folder's lock released, a message."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated
+
+
+def _stop_on_sigterm():
+    """Make SIGTERM raise :class:`_Terminated` while a command runs; returns the handler to put
+    back (None where nothing was changed: a handler of the caller's, or not the main thread)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGTERM"):
+        return None
+    before = signal.getsignal(signal.SIGTERM)
+    if before is not signal.SIG_DFL:
+        return None
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    return before
 
 
 def _what_was_written(lead: str = "") -> str:

@@ -258,3 +258,25 @@ def test_saving_onto_a_folder_names_the_folder_and_writes_nothing(good, tmp_path
             result.weights.save(target)
         assert f"{named} is a folder" in str(exc.value) and "  " not in str(exc.value), str(exc.value)
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["sub"]
+
+
+def test_sigterm_stops_a_command_as_ctrl_c_does(tmp_path):
+    # From a review at scale: batch schedulers stop a job with SIGTERM at its time limit. The
+    # command died at once (exit -15, no message) and left its folder's lock file behind; it
+    # now stops as on Ctrl-C: what it was writing removed, a message, exit 143 (128 + 15).
+    import signal
+    out = tmp_path / "run"
+    code = ("import sys; from construct.cli import main; sys.exit(main(['build', '--synthetic', 'independent', "
+            f"'--heads', '48', '--context', '16', '--dim', '32', '--out', {str(out)!r}]))")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen = b""
+    while b"building: head" not in seen:                      # the build is under way
+        chunk = proc.stderr.read1(4096)
+        assert chunk, f"the build ended before it was stopped: {seen!r}"
+        seen += chunk
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    err = (seen + err).decode()
+    assert proc.returncode == 143, err
+    assert "terminated" in err and "nothing written" in err and "Traceback" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []   # no folder, no lock file
