@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -65,6 +66,9 @@ VERSION = 3
 INTERVAL_BUDGET = 1_000_000
 # Bits of the interval arithmetic beyond the weights' own precision.
 EXTRA_BITS = 32
+# From this many entries of Z (T·H·d; 128 MiB, certificates of tens of seconds on two cores) the
+# float64 method tells ``progress`` each stage it finishes, with its seconds.
+STAGE_NOTES_FROM = 1 << 24
 
 @dataclass(frozen=True)
 class Certificate:
@@ -185,7 +189,10 @@ def certify(weights: Weights, data: Dataset, *, tol: float = DEFAULT_TOL, bits: 
             weights of any size; ``"interval"``: mpmath interval arithmetic, for weights at any
             precision within :data:`INTERVAL_BUDGET`; ``"auto"``: float64 for float64 weights,
             then, if a claim remains unproven and the problem is within the budget, interval.
-        progress: called with a sentence when ``"auto"`` turns to the slower interval method.
+        progress: called with a sentence when ``"auto"`` turns to the slower interval method, and,
+            where ``Z`` has :data:`STAGE_NOTES_FROM` entries or more, as the float64 method
+            finishes each stage (the enclosure of the features and outputs, each route to the
+            rank, the double-word enclosure), with its seconds.
 
     The certificate names the files by the sha256 of their canonical form (the validated arrays
     as :meth:`Weights.to_bytes` and :meth:`Dataset.to_bytes` write them), so it does not depend
@@ -218,7 +225,7 @@ def certify(weights: Weights, data: Dataset, *, tol: float = DEFAULT_TOL, bits: 
                              "it does not: certify with the interval method, or in a process without that library")
     if method == "auto":                  # fast and rigorous first; tighter where affordable
         if weights.bits is None and (ieee or T * weights.H * d * (n + T) > INTERVAL_BUDGET):
-            fast = certify(weights, data, tol=tol, method="float64")
+            fast = certify(weights, data, tol=tol, method="float64", progress=progress)
             if fast.passed or T * weights.H * d * (n + T) > INTERVAL_BUDGET:
                 return fast
             if progress is not None:
@@ -241,7 +248,8 @@ def certify(weights: Weights, data: Dataset, *, tol: float = DEFAULT_TOL, bits: 
         "tol": tol, "allowed": allowed,
     }
     if method == "float64":
-        claims.update(_float64_claims(weights, data, allowed))
+        large = progress is not None and T * weights.H * d >= STAGE_NOTES_FROM
+        claims.update(_float64_claims(weights, data, allowed, note=progress if large else None))
     elif T * weights.H * d * (n + T) > INTERVAL_BUDGET:
         claims.update(rank={"residual_inf_norm_bound": None}, memorization={"max_abs_error_bound": None})
     else:
@@ -290,9 +298,9 @@ def _proven_by(cert: dict) -> dict[str, bool]:
     memorization when the error bound is within ``allowed``; zero misclassified when the margin
     exceeds the error bound."""
     rank, mem = cert["rank"], cert["memorization"]
-    r, bound = rank.get("residual_inf_norm_bound"), mem.get("max_abs_error_bound")
+    bound = mem.get("max_abs_error_bound")
     if cert["method"] == "interval" or "residual_inf_norm_bound" in rank:
-        full = r is not None and r < 1.0       # an approximate right inverse's residual below 1
+        full = _residual_proves(rank)          # an approximate right inverse's residual below 1
     else:                                      # float64's Gram route: a positive lower bound on σ_min(Z)
         s = rank.get("sigma_min_lower_bound")
         full = s is not None and s > 0
@@ -356,7 +364,8 @@ def _sentences(cert: dict) -> dict[str, dict[str, str]]:
     return out
 
 
-def _float64_claims(weights: Weights, data: Dataset, allowed: float, softmax_rank: bool = True) -> dict:
+def _float64_claims(weights: Weights, data: Dataset, allowed: float, softmax_rank: bool = True,
+                    note: Callable[[str], None] | None = None) -> dict:
     """The claims' numbers for float64 weights, by :mod:`construct.enclose`.
 
     One pass over the examples, head by head: each head's features are enclosed and pushed
@@ -366,8 +375,9 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float, softmax_ran
     The examples whose bound exceeds ``allowed`` are enclosed again in double words
     (:func:`construct.dword.outputs`), to about ``u²``. ``softmax_rank=False``: the rank as
     version 0.2.0 proved it on shared contexts (no route through the softmax), for
-    :func:`check_certificate`.
+    :func:`check_certificate`. ``note``: told each stage as it finishes (:func:`_stages`).
     """
+    stage = _stages(note)
     T, n, d = data.E.shape
     H, d_v = weights.H, weights.d_v
     Z = np.empty((T, H * d)) if H * d >= T else None            # the rank needs H·d ≥ T columns
@@ -407,7 +417,11 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float, softmax_ran
                 o_rad = enclose.up(o_rad + X_rad, 1)
         out, out_rad = enclose.matmul(o, o_rad, weights.W_D)
         bounds = enclose.up(np.abs(out - data.Y) + out_rad, 2).max(axis=1)     # per example
+        stage(f"the features and outputs of {T} examples on {H} heads enclosed in float64")
         rank = _gram_rank_claim(Z, rad_norm) if Z is not None else {}
+        if Z is not None:
+            stage(f"rank: {'proven' if rank else 'not proven'} by the Gram matrix of Z"
+                  + ("" if rank else ", too ill-conditioned for its rounding"))
         # Double words bound the outputs again where the float64 bound exceeds what is allowed,
         # after a pre-layer on its outputs in double words. Where the Gram route failed they also
         # give the softmax, to about u: on one shared context it proves the rank without Z
@@ -419,18 +433,27 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float, softmax_ran
         softmax = None
         if refine:
             Z, softmax = None, (np.empty((T, H, n)), np.empty((T, H, n)))
+        again = T if refine else int(np.count_nonzero(~(bounds <= allowed)))
         bounds = _tighter(bounds, weights, data, allowed, softmax)
+        if again:
+            stage(f"the {'softmax and ' if refine else ''}outputs of {again} examples enclosed again in double words")
         error_bound = float(bounds.max())
         if refine:
             rank = _softmax_rank_claim(*softmax, data.E[0]) if shared else {}
+            if shared:
+                stage(f"rank: {'proven' if rank else 'not proven'} through the softmax")
             if not rank:
                 Z, Z_rad = _shared_features(*softmax, data.E[0]) if shared else _context_features(*softmax, data.E)
                 del softmax
                 if not shared:                # the Gram route again, on the tighter enclosure
                     rank = _gram_rank_claim(Z, _frobenius_up(Z_rad))
-                rank = rank or _residual_rank_claim(Z, Z_rad, T)
+                    stage(f"rank: {'proven' if rank else 'not proven'} by the Gram matrix of Z enclosed from the softmax")
+                if not rank:
+                    rank = _residual_rank_claim(Z, Z_rad, T)
+                    stage(f"rank: {_residual_outcome(rank)} by the residual of a right inverse of Z")
         elif Z is not None and not rank:      # too ill-conditioned for the Gram matrix (σ_min² below its rounding)
             rank = _residual_rank_claim(Z, _feature_radius(weights, inputs), T)
+            stage(f"rank: {_residual_outcome(rank)} by the residual of a right inverse of Z")
         claims = {"memorization": {"max_abs_error_bound": error_bound if math.isfinite(error_bound) else None},
                   "rank": rank}
         labels = _one_hot_classes(data.Y)
@@ -439,6 +462,30 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float, softmax_ran
             hi = (out + out_rad) + 4 * enclose.U * np.abs(out) + enclose.TINY
             claims["classification"] = _margin_claim(lo, hi, labels)
     return claims
+
+
+def _stages(note: Callable[[str], None] | None) -> Callable[[str], None]:
+    """``stage(what)``: tells ``note`` that ``what`` is done, with the seconds since the previous
+    stage (or since this call); does nothing without ``note``."""
+    last = time.perf_counter()
+
+    def stage(what: str) -> None:
+        nonlocal last
+        if note is not None:
+            now = time.perf_counter()
+            note(f"{what} ({now - last:.1f} s)")
+            last = now
+    return stage
+
+
+def _residual_outcome(rank: dict) -> str:
+    return "proven" if _residual_proves(rank) else "not proven"
+
+
+def _residual_proves(rank: dict) -> bool:
+    """Whether the residual route's bound proves ``Z X`` nonsingular (below 1)."""
+    r = rank.get("residual_inf_norm_bound")
+    return r is not None and r < 1.0
 
 
 def _root_up(sum_of_squares: float, count: int) -> float:

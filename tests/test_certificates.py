@@ -1222,3 +1222,34 @@ def test_certify_refuses_what_cannot_fit_in_memory_before_it_computes(tmp_path, 
     code, out, err = cli("certify", tmp_path / "run" / "weights.npz", tmp_path / "run" / "data.npz")
     one_line_error(code, out, err)
     assert "request too large" in err
+
+
+def test_stage_notes_say_what_each_route_proved_and_change_nothing(monkeypatch):
+    # The notes certify gives progress on large problems: each route to the rank as it came out
+    # (here the Gram route fails on zero key/query maps, and so does the residual route), the
+    # double-word enclosure where the float64 bounds do not suffice; the certificate is the same.
+    monkeypatch.setattr(C, "STAGE_NOTES_FROM", 0)
+    data = construct.synthetic("shared", T=7, n=3, d=4, seed=1)
+    flat = construct.as_weights(W_K=np.zeros((3, 4, 3)), W_Q=np.zeros((3, 4, 3)), W_V=np.ones((3, 4, 1)),
+                                W_O=np.ones((3, 4)), W_D=np.ones((4, 1)))
+    notes: list[str] = []
+    told = C.certify(flat, data, method="float64", progress=notes.append)
+    assert told.claims == C.certify(flat, data, method="float64").claims and not told.claims["rank"]["proven"]
+    topics = [note.rsplit(" (", 1)[0] for note in notes]
+    assert topics[0] == "the features and outputs of 7 examples on 3 heads enclosed in float64"
+    assert topics[1] == "rank: not proven by the Gram matrix of Z, too ill-conditioned for its rounding"
+    assert "rank: not proven through the softmax" in topics
+    assert topics[-1] == "rank: not proven by the residual of a right inverse of Z"
+    assert all(note.endswith(" s)") for note in notes)
+
+    fits = construct.synthetic("independent", T=7, n=3, d=4, seed=0)
+    weights = construct.build(fits, 3).weights
+    notes.clear()
+    assert not C.certify(weights, fits, tol=1e-30, method="float64", progress=notes.append).passed
+    assert [note.rsplit(" (", 1)[0] for note in notes] == [
+        "the features and outputs of 7 examples on 3 heads enclosed in float64",
+        "rank: proven by the Gram matrix of Z", "the outputs of 7 examples enclosed again in double words"]
+    monkeypatch.setattr(C, "STAGE_NOTES_FROM", 7 * 3 * 4 + 1)       # below it: no notes
+    notes.clear()
+    C.certify(weights, fits, tol=1e-30, method="float64", progress=notes.append)
+    assert notes == []

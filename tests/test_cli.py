@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -421,6 +422,26 @@ def test_certify_says_when_it_falls_back_to_intervals(tmp_path, capsys):
     assert err == "" and "method         float64" in stdout
     code, stdout, err = run(["certify", *files], capsys)
     assert code == 0 and err == ""
+
+
+def test_certify_tells_its_stages_on_large_problems(tmp_path, capsys, monkeypatch):
+    # A certificate of a shared context at H = 256 took 127 s without a word on stderr. From
+    # STAGE_NOTES_FROM entries of Z each finished stage is a line, with its seconds; below, none.
+    import construct.certify as C
+    out = tmp_path / "run"
+    assert run(["build", "--heads", "3", "--context", "3", "--dim", "4", "--quiet", "--out", out], capsys)[0] == 0
+    files = [out / "weights.npz", out / "data.npz"]
+    code, stdout, quiet = run(["certify", *files], capsys)
+    assert code == 0 and quiet == ""
+    monkeypatch.setattr(C, "STAGE_NOTES_FROM", 7 * 3 * 4)                  # T·H·d of this problem
+    code, told, err = run(["certify", *files], capsys)
+    lines = err.splitlines()
+    assert code == 0 and told == stdout and len(lines) == 2, err
+    assert all(re.fullmatch(r"mha-construct certify: .* \(\d+\.\d s\)", line) for line in lines), err
+    assert "features and outputs of 7 examples on 3 heads enclosed in float64" in lines[0]
+    assert "rank: proven by the Gram matrix of Z" in lines[1]
+    monkeypatch.setattr(C, "STAGE_NOTES_FROM", 7 * 3 * 4 + 1)
+    assert run(["certify", *files], capsys)[2] == ""
 
 
 def test_weights_and_data_given_the_other_way_round_are_named_as_such(tmp_path, capsys):
