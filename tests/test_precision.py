@@ -524,6 +524,57 @@ def test_a_shift_alone_would_claim_more_than_is_true():
     assert mpmath.mpf(gram_eigenvalue_lower(diagonal, shift, Z.shape[1])) <= exact
 
 
+def _exact_residual_norms(Z, Z_rad, X):
+    """The ∞- and 1-norms of |I − ZX| + Z_rad|X| in exact rationals: every matrix within Z_rad
+    of Z (entrywise) has its residual I − Z̃X within this, so its norms are at most these."""
+    from fractions import Fraction
+    T, F = Z.shape
+    z, zr, x = ([[Fraction(float(v)) for v in row] for row in M.tolist()] for M in (Z, Z_rad, X))
+    B = [[abs((i == j) - sum(z[i][k] * x[k][j] for k in range(F))) + sum(zr[i][k] * abs(x[k][j]) for k in range(F))
+          for j in range(T)] for i in range(T)]
+    return max(sum(row) for row in B), max(sum(B[i][j] for i in range(T)) for j in range(T))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 6), st.integers(0, 4), st.integers(0, 9), st.integers(-30, 30),
+       st.sampled_from([0.0, 2.0 ** -52, 1e-9]))
+def test_the_residual_route_encloses_every_matrix_within_its_radius(seed, T, extra, decades, scale, radius):
+    # The residual route's two norms bound |I − Z̃X| for every Z̃ within Z_rad of Z (exact
+    # rationals), and its σ_min bound lies below the exact σ_min of the extreme Z̃ = Z ± Z_rad
+    # (300 bits), for Z over up to 9 decades of conditioning at scales 2^±30.
+    rng = np.random.default_rng(seed)
+    F = T + extra
+    U, _ = np.linalg.qr(rng.standard_normal((T, T)))
+    V, _ = np.linalg.qr(rng.standard_normal((F, T)))
+    Z = np.ldexp((U * np.logspace(0, -decades, T)) @ V.T, scale)
+    Z_rad = radius * np.abs(Z)
+    claim = certify_module._residual_rank_claim(Z, Z_rad, T)
+    r_inf = claim["residual_inf_norm_bound"]
+    if r_inf is None:
+        return                                                  # nothing is claimed: nothing to check
+    exact_inf, exact_one = _exact_residual_norms(Z, Z_rad, lapack.right_inverse(Z))
+    assert exact_inf <= r_inf
+    if "sigma_min_lower_bound" in claim:
+        bound = mpmath.mpf(claim["sigma_min_lower_bound"])
+        for sign in (1, -1):
+            extreme = Z + sign * np.sign(rng.standard_normal(Z.shape)) * Z_rad
+            with mpmath.workprec(300):
+                assert bound <= _exact_sigma_min(extreme)
+
+
+def test_the_residual_route_refuses_what_its_radius_leaves_open():
+    # Two rows 1e-6 apart: σ_min(Z) is about 1e-6 and the rank is proven with a u-sized radius.
+    # A radius of 1e-6 (forged) admits a Z with two equal rows: the residual's bound, which
+    # carries Z_rad·|X| with |X| about 1e6, must not fall below 1, though the centre is the same.
+    rng = np.random.default_rng(5)
+    Z = rng.standard_normal((3, 6))
+    Z[1] = Z[0] + 1e-6 * rng.standard_normal(6)
+    small = certify_module._residual_rank_claim(Z, np.abs(Z) * 2.0 ** -52, 3)
+    assert small["residual_inf_norm_bound"] < 0.1 and small["sigma_min_lower_bound"] > 1e-7
+    wide = certify_module._residual_rank_claim(Z, np.full_like(Z, 1e-6), 3)
+    assert wide["residual_inf_norm_bound"] >= 1 and "sigma_min_lower_bound" not in wide
+
+
 def test_certify_rank_bound_is_below_the_exact_sigma_min_and_close_to_it():
     data = synthetic("independent", T=9, n=3, d=5, seed=4)
     w = build(data, 4).weights

@@ -430,9 +430,21 @@ def shifted_cholesky(G: np.ndarray, diagonal: np.ndarray, shift: float) -> bool:
 
 def right_inverse(Z: np.ndarray) -> np.ndarray:
     """An approximate right inverse ``X`` of ``Z`` (T, F), ``F ≥ T``: ``Z^T (Z Z^T)^{-1}`` by
-    Cholesky, or the pseudo-inverse when that fails (only its residual matters to the caller)."""
+    Cholesky, or the pseudo-inverse when that fails (only its residual matters to the caller).
+
+    Two T × T matrices at a time besides ``Z`` and ``X``: the factor overwrites ``Z Z^T`` (exactly
+    symmetric: NumPy forms it by ``syrk``, so its transpose, in Fortran order, is the same matrix)
+    and the inverse overwrites the identity; the same roundings as factoring and solving copies.
+    """
     T = Z.shape[0]
     try:
-        return Z.T @ sla.cho_solve(sla.cho_factor(Z @ Z.T, check_finite=False), np.eye(T), check_finite=False)
+        G = (Z @ Z.T).T
+        if not np.array_equal(G, G.T):             # a BLAS that does not mirror: LAPACK's copy
+            G = np.asfortranarray(G.T)
+        factor = sla.cho_factor(G, overwrite_a=True, check_finite=False)
+        del G
+        inverse = sla.cho_solve(factor, np.eye(T, order="F"), overwrite_b=True, check_finite=False)
+        del factor
+        return Z.T @ inverse
     except (np.linalg.LinAlgError, ValueError):
         return np.linalg.pinv(Z)
