@@ -213,9 +213,10 @@ def certify(weights: Weights, data: Dataset, *, tol: float = DEFAULT_TOL, bits: 
                          f"({top} bits)", what="invalid option")
     T, n, d = data.E.shape
     # Sized as verify is, before anything large: Z and G (T ≤ H·d, so G is at most Z), each
-    # head's key map, and on one shared context the softmax, its radius and the residual route's
-    # right inverse beside Z (measured peaks: 1.6-1.9 Z on contexts of their own, 4.1-5.1 Z shared).
-    copies = 5 if T > 1 and shared_context(data.E) else 2
+    # head's key map, and on one shared context the softmax, its radius and the double words'
+    # work beside Z (peaks in benchmarks/bench_scale.py, n = 32, d = 64: 1.7-2.0 Z on contexts of
+    # their own, 2.1 Z (H = 256) to 3.5 Z (H = 64) shared).
+    copies = 3 if T > 1 and shared_context(data.E) else 2
     require_memory(8 * (copies * T * weights.H * d + 2 * T ** 2 + weights.H * d ** 2),
                    f"certifying T = {T} examples on H = {weights.H} heads")
     ieee = enclose.ieee_subnormals()
