@@ -65,8 +65,8 @@ class Dataset:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Dataset):
             return NotImplemented
-        return self.classes == other.classes and all(same_values(getattr(self, k), getattr(other, k))
-                                                     for k in ("E", "X", "Y"))
+        return (_ids(self.classes) == _ids(other.classes)
+                and all(same_values(getattr(self, k), getattr(other, k)) for k in ("E", "X", "Y")))
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -195,6 +195,11 @@ def checked(data: Dataset) -> Dataset:
                              f"got {classes!r}"[:300], what="invalid dataset")
         classes = tuple(int(c) for c in classes)
     return _sealed(Dataset(fresh.E, fresh.X, fresh.Y, classes=classes))
+
+
+def _ids(classes):
+    """Class ids as the engine reads them (:func:`checked` takes a list or a tuple alike)."""
+    return tuple(classes) if isinstance(classes, (list, tuple)) else classes
 
 
 def as_one_hot(labels) -> tuple[np.ndarray, tuple[int, ...]]:

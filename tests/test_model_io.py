@@ -187,6 +187,20 @@ def test_datasets_and_weights_compare_by_value_and_are_unhashable(tmp_path):
         hash(w)
 
 
+def test_class_ids_compare_as_the_engine_reads_them():
+    # A Dataset made by hand with classes=[0, 1, 2] (a list, as the engine accepts and reads it)
+    # was unequal to the same data from as_dataset (a tuple) and to itself validated.
+    from construct import Dataset, as_dataset, synthetic
+    from construct.data import checked
+    data = synthetic("independent", T=7, n=3, d=4, seed=0)
+    labelled = as_dataset(data.E, data.X, labels=[0, 1, 2, 0, 1, 2, 0])
+    by_hand = Dataset(labelled.E, labelled.X, labelled.Y, classes=[0, 1, 2])
+    assert by_hand == labelled and labelled == by_hand and checked(by_hand) == by_hand
+    assert Dataset(labelled.E, labelled.X, labelled.Y, classes=(np.int64(0), 1, 2)) == labelled
+    assert Dataset(labelled.E, labelled.X, labelled.Y, classes=[0, 1, 3]) != labelled
+    assert Dataset(labelled.E, labelled.X, labelled.Y) != labelled
+
+
 def test_copies_and_unpickled_datasets_and_weights_keep_their_arrays_read_only():
     # A Dataset's and Weights' arrays are read-only; pickle.loads and copy.deepcopy gave writeable
     # ones, so a copy of an immutable object could be edited in place.
