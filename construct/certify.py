@@ -215,8 +215,9 @@ def certify(weights: Weights, data: Dataset, *, tol: float = DEFAULT_TOL, bits: 
     # Sized as verify is, before anything large: Z and G (T ≤ H·d, so G is at most Z), each
     # head's key map, and on one shared context the softmax, its radius and the double words'
     # work beside Z (peaks in benchmarks/bench_scale.py, n = 32, d = 64: 1.7-2.0 Z on contexts of
-    # their own, 2.1 Z (H = 256) to 3.5 Z (H = 64) shared).
-    copies = 3 if T > 1 and shared_context(data.E) else 2
+    # their own, 2.1 Z (H = 256) to 3.5 Z (H = 64) shared); 5 Z there for the routes after the
+    # softmax's (Z and its radius from it, a right inverse by pinv: about 5.5 Z measured).
+    copies = 5 if T > 1 and shared_context(data.E) else 2
     require_memory(8 * (copies * T * weights.H * d + 2 * T ** 2 + weights.H * d ** 2),
                    f"certifying T = {T} examples on H = {weights.H} heads")
     ieee = enclose.ieee_subnormals()
@@ -418,11 +419,10 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float, softmax_ran
                 o_rad = enclose.up(o_rad + X_rad, 1)
         out, out_rad = enclose.matmul(o, o_rad, weights.W_D)
         bounds = enclose.up(np.abs(out - data.Y) + out_rad, 2).max(axis=1)     # per example
-        stage(f"the features and outputs of {T} examples on {H} heads enclosed in float64")
+        stage(f"the features and outputs of {T} examples on {H} head{'s' if H != 1 else ''} enclosed in float64")
         rank = _gram_rank_claim(Z, rad_norm) if Z is not None else {}
         if Z is not None:
-            stage(f"rank: {'proven' if rank else 'not proven'} by the Gram matrix of Z"
-                  + ("" if rank else ", too ill-conditioned for its rounding"))
+            stage(f"rank: {_outcome(bool(rank))} by the Gram matrix of Z")
         # Double words bound the outputs again where the float64 bound exceeds what is allowed,
         # after a pre-layer on its outputs in double words. Where the Gram route failed they also
         # give the softmax, to about u: on one shared context it proves the rank without Z
@@ -442,19 +442,19 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float, softmax_ran
         if refine:
             rank = _softmax_rank_claim(*softmax, data.E[0]) if shared else {}
             if shared:
-                stage(f"rank: {'proven' if rank else 'not proven'} through the softmax")
+                stage(f"rank: {_outcome(bool(rank))} through the softmax")
             if not rank:
                 Z, Z_rad = _shared_features(*softmax, data.E[0]) if shared else _context_features(*softmax, data.E)
                 del softmax
                 if not shared:                # the Gram route again, on the tighter enclosure
                     rank = _gram_rank_claim(Z, _frobenius_up(Z_rad))
-                    stage(f"rank: {'proven' if rank else 'not proven'} by the Gram matrix of Z enclosed from the softmax")
+                    stage(f"rank: {_outcome(bool(rank))} by the Gram matrix of Z enclosed from the softmax")
                 if not rank:
                     rank = _residual_rank_claim(Z, Z_rad, T)
-                    stage(f"rank: {_residual_outcome(rank)} by the residual of a right inverse of Z")
+                    stage(f"rank: {_outcome(_residual_proves(rank))} by the residual of a right inverse of Z")
         elif Z is not None and not rank:      # too ill-conditioned for the Gram matrix (σ_min² below its rounding)
             rank = _residual_rank_claim(Z, _feature_radius(weights, inputs), T)
-            stage(f"rank: {_residual_outcome(rank)} by the residual of a right inverse of Z")
+            stage(f"rank: {_outcome(_residual_proves(rank))} by the residual of a right inverse of Z")
         claims = {"memorization": {"max_abs_error_bound": error_bound if math.isfinite(error_bound) else None},
                   "rank": rank}
         labels = _one_hot_classes(data.Y)
@@ -479,8 +479,8 @@ def _stages(note: Callable[[str], None] | None) -> Callable[[str], None]:
     return stage
 
 
-def _residual_outcome(rank: dict) -> str:
-    return "proven" if _residual_proves(rank) else "not proven"
+def _outcome(proven: bool) -> str:
+    return "proven" if proven else "not proven"
 
 
 def _residual_proves(rank: dict) -> bool:
@@ -610,38 +610,22 @@ def _gram_rank_claim(Z: np.ndarray, rad_norm: float) -> dict:
 
 def _residual_rank_claim(Z: np.ndarray, Z_rad: np.ndarray, T: int) -> dict:
     """Bounds behind ``rank Z = T`` for every ``Z`` within ``Z_rad`` of the float64 ``Z``: the
-    residual of an approximate right inverse ``X`` (Cholesky of ``Z Z^T``) and, from it, a lower
-    bound on ``σ_min(Z)`` (module docstring). It proves the rank up to a condition number of about
-    ``1/(u·H·d)``, where the Gram route stops at its square root, at several times the cost and
-    memory (``X`` and ``I − ZX`` beside ``Z`` and ``Z_rad``).
-
-    The entrywise bound ``B = |I − ZX| + (γ_F |Z| + Z_rad)|X|`` is needed only through its row and
-    column sums, the two norms: ``B·1 = |I − ZX|·1 + A(|X|·1)`` and ``1^T B = 1^T|I − ZX| + (1^T A)|X|``
-    with ``A = γ_F |Z| + Z_rad``, products with vectors (``A`` in blocks of rows) where ``A|X|`` was
-    a third product of the size of ``ZX``. Every term is nonnegative and each sum runs along a
-    path of at most ``T + F + 4`` roundings, which :func:`construct.enclose.up` inflates past;
-    ``A``'s entries carry one underflow step (``TINY``) each, for a product that underflows."""
+    residual of an approximate right inverse ``X`` (Cholesky of ``Z Z^T``, or the pseudo-inverse
+    where that breaks down) and, from it, a lower bound on ``σ_min(Z)`` (module docstring;
+    :func:`_residual_norms`). The Cholesky route's ``X`` leaves a residual of about ``u·cond(Z)²``,
+    so the rank is proven up to a condition number near ``1/√u`` and again beyond where Cholesky
+    breaks down (the pseudo-inverse leaves about ``u·cond(Z)``), but not between (near 1e8, where
+    the Gram route has long stopped), at several times the Gram route's cost and memory (``X`` and
+    ``I − ZX`` beside ``Z`` and ``Z_rad``; the pseudo-inverse takes about 3.5 times ``Z`` more).
+    """
     F = Z.shape[1]
     if F < T or not (np.isfinite(Z).all() and np.isfinite(Z_rad).all()):
         return {"residual_inf_norm_bound": None}
     Xr = lapack.right_inverse(Z)
     if not np.all(np.isfinite(Xr)):
         return {"residual_inf_norm_bound": None}
-    D = Z @ Xr                              # |I − ZX| in place: the roundings of np.eye(T) − Z @ Xr
-    np.negative(D, out=D)
-    D[np.diag_indices(T)] += 1.0
-    np.abs(D, out=D)
-    absX = np.abs(Xr, out=Xr)
-    gamma, x_rows = enclose.gamma(F), absX.sum(axis=1)
-    a_x, a_cols = np.empty(T), np.zeros(F)
-    for a, b in row_blocks(0, T, FLOAT64.cache_rows):
-        A = gamma * np.abs(Z[a:b]) + Z_rad[a:b] + enclose.TINY
-        a_x[a:b] = A @ x_rows
-        a_cols += A.sum(axis=0)
-    k = T + F + 4
-    r_inf = float(enclose.up(D.sum(axis=1) + a_x, k).max())
-    r_one = float(enclose.up(D.sum(axis=0) + a_cols @ absX, k).max())
-    del D
+    r_inf, r_one = _residual_norms(Z, Z_rad, Xr)
+    absX = Xr                                   # overwritten with |X|
     out = {"residual_inf_norm_bound": r_inf if math.isfinite(r_inf) else None}
     r2 = math.sqrt(r_one * r_inf) * (1 + 4 * enclose.U)
     if r2 < 1.0:
@@ -651,6 +635,41 @@ def _residual_rank_claim(Z: np.ndarray, Z_rad: np.ndarray, T: int) -> dict:
         # they keep passing --check
         out["sigma_min_lower_bound"] = (1.0 - r2) / x_norm * (1 - 1e-15) if math.isfinite(x_norm) else 0.0
     return out
+
+
+def _residual_norms(Z: np.ndarray, Z_rad: np.ndarray, X: np.ndarray) -> tuple[float, float]:
+    """Upper bounds on ``‖I − Z̃X‖_∞`` and ``‖I − Z̃X‖_1`` for every ``Z̃`` within ``Z_rad`` of ``Z``
+    (entrywise), for the float64 ``X`` (F, T); ``X`` is overwritten with ``|X|``.
+
+    The entrywise bound ``B = |I − ZX| + (γ_F |Z| + Z_rad)|X|`` is needed only through its row and
+    column sums: ``B·1 = |I − ZX|·1 + A(|X|·1)`` and ``1^T B = 1^T|I − ZX| + (1^T A)|X|`` with
+    ``A = γ_F |Z| + Z_rad``, products with vectors (``A`` in blocks of rows) where ``A|X|`` would
+    be a third product of the size of ``ZX``. Every term is nonnegative and each sum runs along a
+    path of at most ``T + F + 5`` roundings, which :func:`construct.enclose.up` at ``T + F + 4``
+    covers (its factor 2 leaves room); ``A``'s entries carry one underflow step (``TINY``) each,
+    for a ``γ_F |Z|`` that underflows before it meets a large ``|X|``, and ``T·F·TINY`` covers
+    the products that underflow inside ``fl(ZX)``.
+    """
+    T, F = Z.shape
+    D = Z @ X                               # |I − ZX| in place: the roundings of np.eye(T) − Z @ X
+    np.negative(D, out=D)
+    D[np.diag_indices(T)] += 1.0
+    np.abs(D, out=D)
+    absX = np.abs(X, out=X)
+    gamma, x_rows = enclose.gamma(F), absX.sum(axis=1)
+    a_x, a_cols = np.empty(T), np.zeros(F)
+    for a, b in row_blocks(0, T, FLOAT64.cache_rows):
+        A = np.abs(Z[a:b])
+        A *= gamma
+        A += Z_rad[a:b]
+        A += enclose.TINY
+        a_x[a:b] = A @ x_rows
+        a_cols += A.sum(axis=0)
+        del A
+    k, underflow = T + F + 4, T * F * enclose.TINY
+    r_inf = float(enclose.up(D.sum(axis=1) + a_x, k).max()) + underflow
+    r_one = float(enclose.up(D.sum(axis=0) + a_cols @ absX, k).max()) + underflow
+    return r_inf, r_one
 
 
 def _layer_inputs(weights: Weights, data: Dataset):
@@ -811,11 +830,13 @@ def _finite_float(value) -> bool:
 
 
 @numpy_error_defaults
-def check_certificate(cert: dict | Certificate, weights: Weights, data: Dataset) -> list[str]:
+def check_certificate(cert: dict | Certificate, weights: Weights, data: Dataset, *,
+                      progress: Callable[[str], None] | None = None) -> list[str]:
     """Reasons to reject ``cert`` for these files; empty when every field is proven again.
 
     ``cert``: a certificate's dict (:func:`read_certificate`'s, or :attr:`Certificate.claims`), or
-    the :class:`Certificate` :func:`certify` returned.
+    the :class:`Certificate` :func:`certify` returned. ``progress``: as :func:`certify`'s, for
+    the recomputation.
 
     The certificate is recomputed from the two files with its own method, tolerance and interval
     precision (bounded: at most what :func:`certify` would use), and compared field by field as
@@ -847,7 +868,7 @@ def check_certificate(cert: dict | Certificate, weights: Weights, data: Dataset)
         raise InputError(f"field method is float64, which certifies float64 weights only; these weights have "
                          f"{weights.bits} bits (their certificates come from the interval method)",
                          what="invalid certificate")
-    fresh = certify(weights, data, tol=tol, method=cert["method"], bits=bits).claims
+    fresh = certify(weights, data, tol=tol, method=cert["method"], bits=bits, progress=progress).claims
     problems = _compare("", cert, fresh, SCHEMA, cert)
     if (any(p.startswith("rank.") for p in problems) and cert["method"] == "float64"
             and weights.prelayer is None):

@@ -300,6 +300,9 @@ def _cmd_certify(args) -> int:
     from .model import load_weights
     from .verify import DEFAULT_TOL
 
+    def progress(note: str) -> None:
+        print(f"mha-construct certify: {note}", file=sys.stderr, flush=True)
+
     if args.check is not None:
         clash = [flag for flag, given in (("--out", args.out), ("--tol", args.tol), ("--method", args.method))
                  if given is not None]
@@ -320,7 +323,7 @@ def _cmd_certify(args) -> int:
             raise InputError(f"{args.check}: cannot be read ({exc.strerror or exc})", what="invalid certificate")
         cert = read_certificate(text)
         weights, data = load_weights(args.weights), load_dataset(args.data)
-        problems = check_certificate(cert, weights, data)
+        problems = check_certificate(cert, weights, data, progress=progress)
         if problems:
             print("certificate REJECTED:\n  " + "\n  ".join(listed(problems)))
             return 1
@@ -344,7 +347,7 @@ def _cmd_certify(args) -> int:
     weights, data = load_weights(args.weights), load_dataset(args.data)
     _note_other_classes("certify", Path(args.weights), data)
     result = certify(weights, data, tol=tol, method=args.method or "auto",
-                     progress=lambda note: print(f"mha-construct certify: {note}", file=sys.stderr, flush=True))
+                     progress=progress)
     lines = result.lines()
     if args.out is not None:
         with folder_lock(folder) if folder is not None else contextlib.nullcontext():

@@ -440,6 +440,10 @@ def test_certify_tells_its_stages_on_large_problems(tmp_path, capsys, monkeypatc
     assert all(re.fullmatch(r"mha-construct certify: .* \(\d+\.\d s\)", line) for line in lines), err
     assert "features and outputs of 7 examples on 3 heads enclosed in float64" in lines[0]
     assert "rank: proven by the Gram matrix of Z" in lines[1]
+    code, _, err = run(["certify", *files, "--out", tmp_path / "c.json"], capsys)   # --check recomputes: the same
+    code, out, checked = run(["certify", *files, "--check", tmp_path / "c.json"], capsys)
+    assert code == 0 and "ACCEPTED" in out and [line.rsplit(" (", 1)[0] for line in checked.splitlines()] == \
+        [line.rsplit(" (", 1)[0] for line in lines]
     monkeypatch.setattr(C, "STAGE_NOTES_FROM", 7 * 3 * 4 + 1)
     assert run(["certify", *files], capsys)[2] == ""
 

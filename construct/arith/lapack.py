@@ -432,8 +432,9 @@ def right_inverse(Z: np.ndarray) -> np.ndarray:
     """An approximate right inverse ``X`` of ``Z`` (T, F), ``F ≥ T``: ``Z^T (Z Z^T)^{-1}`` by
     Cholesky, or the pseudo-inverse when that fails (only its residual matters to the caller).
 
-    Two T × T matrices at a time besides ``Z`` and ``X``: the factor overwrites ``Z Z^T`` (exactly
-    symmetric: NumPy forms it by ``syrk``, so its transpose, in Fortran order, is the same matrix)
+    By Cholesky, two T × T matrices at a time besides ``Z`` and ``X`` (the pseudo-inverse takes
+    about 3.5 times ``Z``): the factor overwrites ``Z Z^T`` (exactly symmetric: NumPy forms it by
+    ``syrk``, so its transpose, in Fortran order, is the same matrix; otherwise a Fortran copy)
     and the inverse overwrites the identity; the same roundings as factoring and solving copies.
     """
     T = Z.shape[0]
