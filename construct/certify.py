@@ -434,8 +434,7 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float, softmax_ran
         softmax = None
         if refine:
             Z, softmax = None, (np.empty((T, H, n)), np.empty((T, H, n)))
-        again = T if refine else int(np.count_nonzero(~(bounds <= allowed)))
-        bounds = _tighter(bounds, weights, data, allowed, softmax)
+        bounds, again = _tighter(bounds, weights, data, allowed, softmax)
         if again:
             stage(f"the {'softmax and ' if refine else ''}outputs of {again} examples enclosed again in double words")
         error_bound = float(bounds.max())
@@ -500,15 +499,16 @@ def _frobenius_up(A: np.ndarray) -> float:
 
 
 def _tighter(bounds: np.ndarray, weights: Weights, data: Dataset, allowed: float,
-             softmax: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+             softmax: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, int]:
     """The per-example bounds on ``max |f − y|``, with the examples whose float64 bound exceeds
     ``allowed`` enclosed again in double words (:func:`construct.dword.outputs`, to about ``u²``);
     an example keeps the smaller of its two bounds. Only those examples pay for it, unless
     ``softmax`` (two (T, H, n) arrays) asks for every example's softmax and its radius. With a
-    pre-layer, on its outputs in double words (:func:`construct.accurate.layer_inputs`)."""
+    pre-layer, on its outputs in double words (:func:`construct.accurate.layer_inputs`).
+    Returns the bounds and how many examples were enclosed again."""
     again = np.arange(data.T) if softmax is not None else np.flatnonzero(~(bounds <= allowed))
     if again.size == 0:
-        return bounds
+        return bounds, 0
     args = (weights.W_K, weights.W_Q, weights.W_V, weights.W_O, weights.W_D, weights.skip)
     E = data.E[0] if shared_context(data.E) else data.E[again]
     E, X = accurate_inputs(weights.prelayer, E, data.X[again])
@@ -520,7 +520,7 @@ def _tighter(bounds: np.ndarray, weights: Weights, data: Dataset, allowed: float
             tight = dword.outputs(E, X, *args, rows=FLOAT64.rows)
     bounds = bounds.copy()
     bounds[again] = np.fmin(bounds[again], dword.row_bounds(tight, data.Y[again]))
-    return bounds
+    return bounds, int(again.size)
 
 
 def _softmax_rank_claim(P: np.ndarray, P_rad: np.ndarray, E: np.ndarray) -> dict:
