@@ -56,7 +56,8 @@ from .data import Dataset, checked
 from .errors import ConstructError, InputError, numpy_error_defaults
 from .io import json_bytes, sha256, write_atomic
 from .limits import allowed_error, callback, integer, require_memory, tolerance
-from .model import Weights, check_compatible, checked_weights, feature_matrix, layer_inputs, output_from_features
+from .model import (Weights, check_compatible, checked_weights, feature_matrix, head_groups, layer_inputs,
+                    output_from_features)
 from .verify import DEFAULT_TOL
 
 FORMAT = "mha-construct certificate"
@@ -385,6 +386,8 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float, softmax_ran
     Z = np.empty((T, H * d)) if H * d >= T else None            # the rank needs H·d ≥ T columns
     inputs = _layer_inputs(weights, data)
     E_all, E_rad, X_all, X_rad = inputs
+    groups = head_groups(H, d, FLOAT64, T)
+    W_O = weights.W_O.reshape(H, d_v, -1)                       # head h's rows of W_O
 
     def part(lo: int, hi: int):
         o, o_rad, o_abs = (np.zeros((hi - lo, d)) for _ in range(3))
@@ -395,16 +398,17 @@ def _float64_claims(weights: Weights, data: Dataset, allowed: float, softmax_ran
                 E, X = E_all[a:b, ...], X_all[a:b, ...]
                 A = np.abs(E)
                 radii = {} if E_rad is None else {"E_rad": E_rad[a:b, ...], "X_rad": X_rad[a:b, ...]}
-                for h in range(H):
-                    z, z_rad = enclose.features(E, X, weights.W_K[h], weights.W_Q[h], A, **radii)
+                for h0, h1 in groups:                    # heads h0..h1−1 at once
+                    z, z_rad = enclose.head_features(E, X, weights.W_K[h0:h1], weights.W_Q[h0:h1], A, **radii)
                     if Z is not None:
-                        Z[a:b, h * d:(h + 1) * d] = z
+                        Z[a:b, h0 * d:h1 * d] = z.reshape(b - a, -1)
                     rad_sq += float(np.sum(z_rad * z_rad))
-                    v, v_rad = enclose.matmul(z, z_rad, weights.W_V[h])
-                    p, p_rad = enclose.matmul(v, v_rad, weights.W_O[h * d_v:(h + 1) * d_v])
-                    o[rows] += p                         # a sum of H terms: within γ_H Σ|p| of exact
-                    o_rad[rows] += p_rad
-                    o_abs[rows] += np.abs(p)
+                    z, z_rad = z.transpose(1, 0, 2), z_rad.transpose(1, 0, 2)      # (heads, rows, d)
+                    v, v_rad = enclose.matmul(z, z_rad, weights.W_V[h0:h1])
+                    p, p_rad = enclose.matmul(v, v_rad, W_O[h0:h1])
+                    o[rows] += p.sum(axis=0)             # a sum of H terms: within γ_H Σ|p| of exact
+                    o_rad[rows] += p_rad.sum(axis=0)
+                    o_abs[rows] += np.abs(p).sum(axis=0)
         return o, o_rad, o_abs, rad_sq
 
     with np.errstate(over="ignore", invalid="ignore"):       # an overflow leaves a claim unproven
@@ -571,9 +575,9 @@ def _context_features(P: np.ndarray, P_rad: np.ndarray, E: np.ndarray) -> tuple[
     d = E.shape[2]
     absE = np.abs(E)
     Z, Z_rad = np.empty((T, H * d)), np.empty((T, H * d))
-    for h in range(H):
-        cols = slice(h * d, (h + 1) * d)
-        Z[:, cols], Z_rad[:, cols] = enclose.mix(E, P[:, h, :], P_rad[:, h, :], absE)
+    for h0, h1 in head_groups(H, d, FLOAT64, T):              # a group's products read each context once
+        z, z_rad = enclose.mix(E, P[:, h0:h1, :], P_rad[:, h0:h1, :], absE)
+        Z[:, h0 * d:h1 * d], Z_rad[:, h0 * d:h1 * d] = z.reshape(T, -1), z_rad.reshape(T, -1)
     return Z, Z_rad
 
 
@@ -685,10 +689,13 @@ def _feature_radius(weights: Weights, inputs) -> np.ndarray:
     """The radius of the features' enclosure, (T, H·d): the second pass the residual route needs."""
     E, E_rad, X, X_rad = inputs
     T, _, d = E.shape
-    absE = np.abs(E)
     Z_rad = np.empty((T, weights.H * d))
-    for h in range(weights.H):
-        Z_rad[:, h * d:(h + 1) * d] = enclose.features(E, X, weights.W_K[h], weights.W_Q[h], absE, E_rad, X_rad)[1]
+    for a, b in row_blocks(0, T, FLOAT64.cache_rows):
+        radii = {} if E_rad is None else {"E_rad": E_rad[a:b, ...], "X_rad": X_rad[a:b, ...]}
+        absE = np.abs(E[a:b, ...])
+        for h0, h1 in head_groups(weights.H, d, FLOAT64, T):
+            Z_rad[a:b, h0 * d:h1 * d] = enclose.head_features(E[a:b, ...], X[a:b, ...], weights.W_K[h0:h1],
+                                                              weights.W_Q[h0:h1], absE, **radii)[1].reshape(b - a, -1)
     return Z_rad
 
 

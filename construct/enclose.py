@@ -77,6 +77,56 @@ def exp_enclosure(lo_x: np.ndarray, hi_x: np.ndarray) -> tuple[np.ndarray, np.nd
     return _exp_bound(lo_x, -1), _exp_bound(hi_x, +1)
 
 
+def exp_around(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds ``lo ≤ exp(y) ≤ hi`` for every exact ``y`` within ``w ≥ 0`` of ``x`` (elementwise).
+
+    One evaluation of the polynomial where ``w ≤ 1/16`` and ``x ± w`` lies in ``[−740, 700]``:
+    ``exp(x)``'s two bounds, taken past ``e^w ≤ 1 + w + w²`` and ``e^{−w} ≥ 1 − w`` (both hold for
+    ``0 ≤ w ≤ 1``). Beyond the roundings :func:`_exp_parts` counts, the factors and products
+    round at most five times more (``8u``, ``4u``), each within ``TINY/2`` in the subnormal range
+    (``4·TINY``). Elsewhere, :func:`exp_enclosure` on the ends ``x ± w``, each moved outwards by
+    one step past its rounding.
+    """
+    x, w = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(w, dtype=np.float64))
+    shape, x, w = x.shape, x.reshape(-1), w.reshape(-1)
+    with np.errstate(invalid="ignore"):         # NaN and inf take the other path
+        fast = (w <= 0.0625) & (x - w >= -740.0) & (x + w <= 700.0)
+    lo, hi = np.empty_like(x), np.empty_like(x)
+    if fast.all():                              # as good as always: no copies of x and w
+        xf, wf = x, w
+    else:
+        xf, wf = x[fast], w[fast]
+        slow = ~fast
+        with np.errstate(invalid="ignore", over="ignore"):
+            ends = (np.nextafter(x[slow] - w[slow], -np.inf), np.nextafter(x[slow] + w[slow], np.inf))
+        lo[slow], hi[slow] = _exp_bound(ends[0], -1), _exp_bound(ends[1], +1)
+    p, k, rel = _exp_parts(xf)
+    k = k.astype(np.int64)
+    grow = 1.0 + (wf + wf * wf)                 # ≥ e^w · (1 − 3u)
+    shrink = 1.0 - wf                           # ≤ e^{−w} · (1 + u)
+    up_x = np.ldexp(p * (1 + rel), k) * (1 + 2 * U)
+    lo_x = np.ldexp(p * (1 - rel), k) * (1 - 2 * U)
+    lo[fast] = np.maximum(lo_x * shrink * (1 - 4 * U) - 4 * TINY, 0.0)
+    hi[fast] = up_x * grow * (1 + 8 * U) + 4 * TINY
+    return lo.reshape(shape), hi.reshape(shape)
+
+
+def _exp_parts(xc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(p, k, rel)`` with ``exp(x) = 2^k · p · (1 + δ)``, ``|δ| ≤ rel``, for float64 ``x`` in
+    ``[−746, 700]``: Cody–Waite range reduction and the degree-14 Taylor polynomial. Forming
+    ``2^k·p·(1 ± rel)`` rounds twice more, and once in the subnormal range (``TINY``)."""
+    k = np.rint(xc * _INV_LN2)
+    # x − k·LN2_HI is exact (Sterbenz when k ≠ 0); subtracting k·LN2_LO costs two roundings.
+    r = (xc - k * LN2_HI) - k * LN2_LO
+    r_err = 2 * U * (np.abs(r) + np.abs(k * LN2_LO)) + np.abs(k) * _LN2_GAP
+    p = np.full_like(r, _TAYLOR[-1])
+    for c in reversed(_TAYLOR[:-1]):            # Horner, in place: the same two roundings a step
+        p *= r
+        p += c
+    rel = _EXP_REL + 2 * r_err + 8 * U           # e^{r_err} ≤ 1 + 2 r_err for tiny r_err; final products
+    return p, k, rel
+
+
 def _exp_bound(x: np.ndarray, side: int) -> np.ndarray:
     """A lower (``side = −1``) or upper (``+1``) bound on ``exp(x)`` for float64 ``x``: past 700
     the upper bound is ``inf`` (and NaN's too) and the lower one ``exp(700)``'s, so that the range
@@ -89,14 +139,7 @@ def _exp_bound(x: np.ndarray, side: int) -> np.ndarray:
     nan = np.isnan(xc)
     if nan.any():                               # a NaN's k would be no integer at all
         xc[nan] = 0.0
-    k = np.rint(xc * _INV_LN2)
-    # x − k·LN2_HI is exact (Sterbenz when k ≠ 0); subtracting k·LN2_LO costs two roundings.
-    r = (xc - k * LN2_HI) - k * LN2_LO
-    r_err = 2 * U * (np.abs(r) + np.abs(k * LN2_LO)) + np.abs(k) * _LN2_GAP
-    p = np.full_like(r, _TAYLOR[-1])
-    for c in reversed(_TAYLOR[:-1]):
-        p = p * r + c
-    rel = _EXP_REL + 2 * r_err + 8 * U           # e^{r_err} ≤ 1 + 2 r_err for tiny r_err; final products
+    p, k, rel = _exp_parts(xc)
     if side < 0:
         out = np.maximum(np.ldexp(p * (1 - rel), k.astype(np.int64)) * (1 - 2 * U) - TINY, 0.0)
         out[x < -746.0] = 0.0
@@ -128,23 +171,40 @@ def features(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray,
     ``X_rad``: when the exact inputs are only enclosed (``|E_exact − E| ≤ E_rad``, the outputs of
     a pre-layer for instance), their radii; the features are then enclosed for every input within.
     """
+    z, z_rad = head_features(E, X, W_K[None], W_Q[None], absE, E_rad, X_rad)
+    return z[:, 0], z_rad[:, 0]
+
+
+def head_features(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray,
+                  absE: np.ndarray | None = None, E_rad: np.ndarray | None = None,
+                  X_rad: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`features` of several heads at once, ``W_K`` and ``W_Q`` (heads, d, d_h): (T, heads, d) each.
+
+    The same bounds, formed by products over the heads together: each context is read a few
+    times per group of heads instead of six times per head (a block of contexts outgrows the
+    cache, and reading it was most of the time). The bounds hold in any order of summation.
+    """
     T, n, d = E.shape
-    v, v_rad = matmul(X, X_rad, W_Q)                                  # W_Q^T x
-    w, w_rad = matmul(v, v_rad, W_K.T)                                # W_K W_Q^T x
+    heads, _, d_h = W_Q.shape
+    queries = np.concatenate(list(W_Q), axis=1)                      # (d, heads·d_h)
+    v, v_rad = matmul(X, X_rad, queries)                              # W_Q^T x
+    v, v_rad = (a.reshape(T, heads, d_h).transpose(1, 0, 2) for a in (v, v_rad))
+    w, w_rad = matmul(v, v_rad, W_K.transpose(0, 2, 1))               # W_K W_Q^T x, (heads, T, d)
+    w, w_rad = (a.transpose(1, 0, 2) for a in (w, w_rad))             # (T, heads, d)
     absE = np.abs(E) if absE is None else absE
-    L = np.einsum("tnd,td->tn", E, w)
-    L_rad = gamma(d) * np.einsum("tnd,td->tn", absE, np.abs(w)) + np.einsum("tnd,td->tn", absE, w_rad)
+    E_T, absE_T = E.transpose(0, 2, 1), absE.transpose(0, 2, 1)
+    L = w @ E_T                                                       # (T, heads, n)
+    L_rad = gamma(d) * (np.abs(w) @ absE_T) + w_rad @ absE_T
     if E_rad is not None:                                             # |ΔE·w_exact| ≤ E_rad (|w| + w_rad)
-        L_rad = L_rad + np.einsum("tnd,td->tn", E_rad, up(np.abs(w) + w_rad, 1))
+        L_rad = L_rad + up(np.abs(w) + w_rad, 1) @ E_rad.transpose(0, 2, 1)
     L_rad = up(L_rad, d if E_rad is None else d + 1)
-    shifted = L - L.max(axis=1, keepdims=True)                        # one rounding: ≤ u|shifted|
+    shifted = L - L.max(axis=2, keepdims=True)                        # one rounding: ≤ u|shifted|
     s_rad = L_rad + U * np.abs(shifted) * (1 + 4 * U)
-    # Forming the ends rounds once more (≤ u|end|): widen by 2u|shifted| and 4u·s_rad beyond it.
-    widen = s_rad * (1 + 4 * U) + 2 * U * np.abs(shifted) + TINY
-    e_lo, e_hi = exp_enclosure(shifted - widen, shifted + widen)
+    widen = s_rad * (1 + 4 * U) + TINY                                # past s_rad's own rounding
+    e_lo, e_hi = exp_around(shifted, widen)
     # Sums of positive numbers: relative error ≤ γ_n; each division one more rounding.
-    sum_lo = e_lo.sum(axis=1, keepdims=True) * (1 - 2 * gamma(n + 1))
-    sum_hi = e_hi.sum(axis=1, keepdims=True) * (1 + 2 * gamma(n + 1))
+    sum_lo = e_lo.sum(axis=2, keepdims=True) * (1 - 2 * gamma(n + 1))
+    sum_hi = e_hi.sum(axis=2, keepdims=True) * (1 + 2 * gamma(n + 1))
     S_lo = np.maximum(e_lo / sum_hi * (1 - 4 * U), 0.0)
     S_hi = np.minimum(e_hi / np.maximum(sum_lo, TINY) * (1 + 4 * U), 1.0)
     S_mid = (S_lo + S_hi) / 2
@@ -156,14 +216,17 @@ def mix(E: np.ndarray, S: np.ndarray, S_rad: np.ndarray, absE: np.ndarray | None
         E_rad: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Enclosure of ``E^(t)T s^(t)`` (T, d) for every ``s^(t)`` within ``S_rad`` of ``S`` (T, n),
     ``S ≥ 0``: ``fl(E^T S)`` is within ``γ_n |E|^T S`` of ``E^T S``, which is within
-    ``|E|^T S_rad`` of ``E^T s``. ``absE``: ``|E|``, when the caller has it; ``E_rad``: as in
-    :func:`features`."""
+    ``|E|^T S_rad`` of ``E^T s``. ``S`` and ``S_rad`` may hold several (T, heads, n): then
+    (T, heads, d). ``absE``: ``|E|``, when the caller has it; ``E_rad``: as in :func:`features`."""
     n = E.shape[1]
+    if S.ndim == 2:
+        z, z_rad = mix(E, S[:, None, :], S_rad[:, None, :], absE, E_rad)
+        return z[:, 0], z_rad[:, 0]
     absE = np.abs(E) if absE is None else absE
-    z = np.einsum("tnd,tn->td", E, S)
-    z_rad = np.einsum("tnd,tn->td", absE, S_rad) + gamma(n) * np.einsum("tnd,tn->td", absE, S)
+    z = S @ E
+    z_rad = S_rad @ absE + gamma(n) * (S @ absE)
     if E_rad is not None:                                             # |ΔE^T s_exact| ≤ E_rad^T (S + S_rad)
-        z_rad = z_rad + np.einsum("tnd,tn->td", E_rad, up(S + S_rad, 1))
+        z_rad = z_rad + up(S + S_rad, 1) @ E_rad
     return z, up(z_rad, n if E_rad is None else n + 1)
 
 

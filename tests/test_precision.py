@@ -16,7 +16,7 @@ from construct.certify import certify, check_certificate
 from construct.cli import main
 from construct.data import as_dataset, as_one_hot, load_dataset
 from construct.io import npz_bytes
-from construct.enclose import exp_enclosure, features, gram_eigenvalue_lower
+from construct.enclose import exp_around, exp_enclosure, features, gram_eigenvalue_lower, head_features, mix
 from construct.model import Weights, feature_matrix, load_weights, output_from_features
 from construct.arith import Mpmath, lapack
 from construct.precision import ERROR_TARGET, parse
@@ -204,6 +204,82 @@ def test_exp_enclosure_upper_end_is_never_below_the_exponential_past_700(x):
     with mpmath.workprec(200):
         assert mpmath.mpf(lo[0]) <= mpmath.exp(mpmath.mpf(x))
         assert hi[0] == np.inf or mpmath.exp(mpmath.mpf(x)) <= mpmath.mpf(hi[0])
+
+@settings(deadline=None)
+@given(st.floats(-800.0, 710.0, allow_nan=False),
+       st.one_of(st.just(0.0), st.floats(0.0, 1e-6), st.floats(0.0, 0.2), st.floats(0.0, 50.0)))
+@example(x=-739.9, w=1e-3)                   # e^x subnormal: the absolute terms carry the bound
+@example(x=0.0, w=0.0625)                    # 1 + w alone would miss e^w here; 1 + w + w² does not
+@example(x=-740.0 + 1e-9, w=1e-9)
+def test_exp_around_contains_the_exponential_over_the_whole_interval(x, w):
+    lo, hi = exp_around(np.array([x]), np.array([w]))
+    with mpmath.workprec(300):
+        # the ends are the extremes: exp is increasing
+        assert mpmath.mpf(lo[0]) <= mpmath.exp(mpmath.mpf(x) - mpmath.mpf(w))
+        assert hi[0] == np.inf or mpmath.exp(mpmath.mpf(x) + mpmath.mpf(w)) <= mpmath.mpf(hi[0])
+        if w <= 1e-6 and -700 < x < 700 - w:          # tight: width about 2w + 1e-13 relative
+            assert hi[0] - lo[0] <= (2.01 * w + 1e-13) * float(mpmath.exp(mpmath.mpf(x)) * mpmath.exp(w))
+
+
+def test_exp_around_agrees_with_the_ends_taken_one_by_one():
+    # the one-polynomial path against exp_enclosure on the ends, on every regime: they bound the
+    # same interval, to a few units in the last place of each other and the w² of the factors
+    rng = np.random.default_rng(5)
+    x = np.concatenate([-rng.uniform(0, 745, 500), rng.uniform(-5, 5, 100), [-745.0, 699.99, np.nan, np.inf, -np.inf]])
+    w = np.concatenate([10.0 ** rng.uniform(-17, -1.3, 600), [1e-3, 1e-3, 0.0, 1.0, 1.0]])
+    lo, hi = exp_around(x, w)
+    lo_ends, hi_ends = exp_enclosure(x - w * (1 + 1e-15), x + w * (1 + 1e-15))
+    finite = np.isfinite(x)
+    ok = finite & (lo_ends > 1e-300)
+    slack = w[ok] ** 2 + 1e-13
+    assert np.all(np.abs(lo[ok] / lo_ends[ok] - 1) <= slack) and np.all(np.abs(hi[ok] / hi_ends[ok] - 1) <= slack)
+    assert np.isnan(lo[-3]) and hi[-3] == np.inf and hi[-2] == np.inf and lo[-1] == 0.0
+    assert np.array_equal(exp_around(x.reshape(5, -1), w.reshape(5, -1))[1], hi.reshape(5, -1), equal_nan=True)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 4), st.sampled_from([1e-200, 1.0, 1e150]), st.booleans())
+def test_heads_enclosed_together_contain_each_heads_exact_features(seed, heads, scale, radii):
+    # head_features (heads side by side, products over the group) against the exact features of
+    # each head at 300 bits, for inputs anywhere within the given radii (a pre-layer's outputs)
+    rng = np.random.default_rng(seed)
+    T, n, d, d_h = 3, 3, 4, 2
+    E, X = rng.standard_normal((T, n, d)) * scale, rng.standard_normal((T, d)) * scale
+    W_K = rng.standard_normal((heads, d, d_h)) * 10.0 ** rng.uniform(-2, 2, (heads, 1, 1)) / scale
+    W_Q = rng.standard_normal((heads, d, d_h)) / scale
+    E_rad = np.abs(E) * 1e-12 if radii else None
+    X_rad = np.abs(X) * 1e-12 if radii else None
+    z, z_rad = head_features(E, X, W_K, W_Q, None, E_rad, X_rad)
+    assert z.shape == z_rad.shape == (T, heads, d)
+    p = Mpmath(300)
+    for trial in range(2 if radii else 1):
+        sign = 1.0 if trial == 0 else -1.0                 # the inputs at either end of their radii
+        E_x = E if E_rad is None else E + sign * E_rad * rng.choice([-1.0, 1.0], E.shape)
+        X_x = X if X_rad is None else X + sign * X_rad * rng.choice([-1.0, 1.0], X.shape)
+        with p.working():
+            for h in range(heads):
+                exact = feature_matrix(p.asarray(E_x), p.asarray(X_x),
+                                       Weights(W_K=p.asarray(W_K[h:h + 1]), W_Q=p.asarray(W_Q[h:h + 1]),
+                                               W_V=p.asarray(np.ones((1, d, 1))), W_O=p.asarray(np.ones((1, d))),
+                                               W_D=p.asarray(np.ones((d, 1)))), p)
+                gap = np.abs(exact - p.asarray(z[:, h]))
+                assert all(g <= mpmath.mpf(r) for g, r in zip(gap.ravel(), z_rad[:, h].ravel())), (h, trial)
+    for h in range(heads):           # and each head is the one features() encloses alone (its own
+        alone, alone_rad = features(E, X, W_K[h], W_Q[h], None, E_rad, X_rad)     # order of sums)
+        assert np.all(np.abs(z[:, h] - alone) <= z_rad[:, h] + alone_rad)
+        assert np.all(z_rad[:, h] <= 2 * alone_rad) and np.all(alone_rad <= 2 * z_rad[:, h])
+
+
+def test_mix_of_several_heads_is_each_heads_mix():
+    rng = np.random.default_rng(3)
+    E = rng.standard_normal((5, 3, 4))
+    S = rng.dirichlet(np.ones(3), (5, 2))
+    S_rad = S * 1e-15
+    z, z_rad = mix(E, S, S_rad)
+    for h in range(2):
+        alone, alone_rad = mix(E, S[:, h], S_rad[:, h])
+        assert np.allclose(z[:, h], alone, rtol=1e-14) and np.allclose(z_rad[:, h], alone_rad, rtol=1e-12)
+
 
 @settings(max_examples=20, deadline=None)
 @given(st.integers(0, 2**32 - 1))
