@@ -184,6 +184,13 @@ def head_features(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray
     times per group of heads instead of six times per head (a block of contexts outgrows the
     cache, and reading it was most of the time). The bounds hold in any order of summation.
     """
+    S, S_rad = _attention(E, X, W_K, W_Q, np.abs(E) if absE is None else absE, E_rad, X_rad)
+    return mix(E, S, S_rad, absE, E_rad)
+
+
+def _attention(E, X, W_K, W_Q, absE, E_rad, X_rad) -> tuple[np.ndarray, np.ndarray]:
+    """The softmax of :func:`head_features`, enclosed: ``(S, S_rad)``, (T, heads, n) each. (Its
+    own function, and :func:`_softmax`'s, so that each step's arrays go when it returns.)"""
     T, n, d = E.shape
     heads, _, d_h = W_Q.shape
     queries = np.concatenate(list(W_Q), axis=1)                      # (d, heads·d_h)
@@ -191,25 +198,29 @@ def head_features(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray
     v, v_rad = (a.reshape(T, heads, d_h).transpose(1, 0, 2) for a in (v, v_rad))
     w, w_rad = matmul(v, v_rad, W_K.transpose(0, 2, 1))               # W_K W_Q^T x, (heads, T, d)
     w, w_rad = (a.transpose(1, 0, 2) for a in (w, w_rad))             # (T, heads, d)
-    absE = np.abs(E) if absE is None else absE
-    E_T, absE_T = E.transpose(0, 2, 1), absE.transpose(0, 2, 1)
-    L = w @ E_T                                                       # (T, heads, n)
+    absE_T = absE.transpose(0, 2, 1)
+    L = w @ E.transpose(0, 2, 1)                                      # (T, heads, n)
     L_rad = gamma(d) * (np.abs(w) @ absE_T) + w_rad @ absE_T
     if E_rad is not None:                                             # |ΔE·w_exact| ≤ E_rad (|w| + w_rad)
         L_rad = L_rad + up(np.abs(w) + w_rad, 1) @ E_rad.transpose(0, 2, 1)
-    L_rad = up(L_rad, d if E_rad is None else d + 1)
-    shifted = L - L.max(axis=2, keepdims=True)                        # one rounding: ≤ u|shifted|
+    return _softmax(L, up(L_rad, d if E_rad is None else d + 1))
+
+
+def _softmax(L: np.ndarray, L_rad: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Enclosure ``(S, S_rad)`` of the softmax over the last axis of every ``ℓ`` within ``L_rad``
+    of ``L``."""
+    n = L.shape[-1]
+    shifted = L - L.max(axis=-1, keepdims=True)                       # one rounding: ≤ u|shifted|
     s_rad = L_rad + U * np.abs(shifted) * (1 + 4 * U)
     widen = s_rad * (1 + 4 * U) + TINY                                # past s_rad's own rounding
     e_lo, e_hi = exp_around(shifted, widen)
     # Sums of positive numbers: relative error ≤ γ_n; each division one more rounding.
-    sum_lo = e_lo.sum(axis=2, keepdims=True) * (1 - 2 * gamma(n + 1))
-    sum_hi = e_hi.sum(axis=2, keepdims=True) * (1 + 2 * gamma(n + 1))
+    sum_lo = e_lo.sum(axis=-1, keepdims=True) * (1 - 2 * gamma(n + 1))
+    sum_hi = e_hi.sum(axis=-1, keepdims=True) * (1 + 2 * gamma(n + 1))
     S_lo = np.maximum(e_lo / sum_hi * (1 - 4 * U), 0.0)
     S_hi = np.minimum(e_hi / np.maximum(sum_lo, TINY) * (1 + 4 * U), 1.0)
     S_mid = (S_lo + S_hi) / 2
-    S_rad = (S_hi - S_lo) / 2 * (1 + 4 * U) + 2 * U * S_mid
-    return mix(E, S_mid, S_rad, absE, E_rad)
+    return S_mid, (S_hi - S_lo) / 2 * (1 + 4 * U) + 2 * U * S_mid
 
 
 def mix(E: np.ndarray, S: np.ndarray, S_rad: np.ndarray, absE: np.ndarray | None = None,

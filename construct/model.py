@@ -469,12 +469,12 @@ def _features(E, X, weights: Weights, ar: Arithmetic, layered: bool | None):
 _GROUP_ENTRIES = 1 << 17
 
 
-def head_groups(H: int, d: int, ar: Arithmetic, T: int) -> list[tuple[int, int]]:
+def head_groups(H: int, d: int, ar: Arithmetic, T: int, entries: int = _GROUP_ENTRIES) -> list[tuple[int, int]]:
     """Consecutive heads ``(h0, h1)`` covering ``0..H−1``, as many per group as keep ``N x`` of
-    a block of rows (rows × heads × d) near :data:`_GROUP_ENTRIES` entries: a block is
+    a block of rows (rows × heads × d) near ``entries`` (:data:`_GROUP_ENTRIES`): a block is
     :attr:`~construct.arith.Arithmetic.cache_rows` examples, or all ``T`` where the arithmetic
     takes them at once (then one head per group from ``T·d`` entries on, as head by head)."""
-    size = max(1, _GROUP_ENTRIES // (max(1, ar.cache_rows or T) * d))
+    size = max(1, entries // (max(1, ar.cache_rows or T) * d))
     return [(h0, min(H, h0 + size)) for h0 in range(0, H, size)]
 
 

@@ -270,6 +270,27 @@ def test_heads_enclosed_together_contain_each_heads_exact_features(seed, heads, 
         assert np.all(z_rad[:, h] <= 2 * alone_rad) and np.all(alone_rad <= 2 * z_rad[:, h])
 
 
+def test_enclosures_by_blocks_of_rows_and_groups_of_heads_are_each_heads_whole():
+    # certify's passes over more rows than one block (256) and more heads than one group: each
+    # head's columns against that head enclosed alone over every row
+    rng = np.random.default_rng(8)
+    T, H, n, d = 600, 9, 3, 40
+    E, X = rng.standard_normal((T, n, d)), rng.standard_normal((T, d))
+    w = Weights(W_K=rng.standard_normal((H, d, 2)), W_Q=rng.standard_normal((H, d, 2)), W_V=np.ones((H, d, 1)),
+                W_O=np.ones((H, d)), W_D=np.ones((d, 1)))
+    P = rng.dirichlet(np.ones(n), (T, H))
+    P_rad = P * 1e-15
+    Z, Z_rad = certify_module._context_features(P, P_rad, E)
+    radius = certify_module._feature_radius(w, (E, None, X, None))
+    for h in range(H):
+        cols = slice(h * d, (h + 1) * d)
+        z, z_rad = mix(E, P[:, h], P_rad[:, h])
+        assert np.all(np.abs(Z[:, cols] - z) <= Z_rad[:, cols] + z_rad)
+        assert np.all(Z_rad[:, cols] <= 2 * z_rad) and np.all(z_rad <= 2 * Z_rad[:, cols])
+        alone = features(E, X, w.W_K[h], w.W_Q[h])[1]
+        assert np.all(radius[:, cols] <= 2 * alone) and np.all(alone <= 2 * radius[:, cols])
+
+
 def test_mix_of_several_heads_is_each_heads_mix():
     rng = np.random.default_rng(3)
     E = rng.standard_normal((5, 3, 4))
