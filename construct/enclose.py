@@ -10,8 +10,8 @@ inflating them with :func:`up`. Underflow adds at most ``2^-1074`` per operation
 by an absolute term.
 
 ``exp`` is not taken from the C library (whose accuracy is not specified): :func:`exp_enclosure`
-evaluates it by Cody–Waite range reduction and a degree-14 Taylor polynomial with explicit
-bounds on the reduction, truncation and rounding errors.
+and :func:`exp_around` evaluate it by Cody–Waite range reduction and a degree-14 Taylor
+polynomial with explicit bounds on the reduction, truncation and rounding errors.
 """
 
 from __future__ import annotations
