@@ -184,7 +184,8 @@ def head_features(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray
     times per group of heads instead of six times per head (a block of contexts outgrows the
     cache, and reading it was most of the time). The bounds hold in any order of summation.
     """
-    S, S_rad = _attention(E, X, W_K, W_Q, np.abs(E) if absE is None else absE, E_rad, X_rad)
+    absE = np.abs(E) if absE is None else absE
+    S, S_rad = _attention(E, X, W_K, W_Q, absE, E_rad, X_rad)
     return mix(E, S, S_rad, absE, E_rad)
 
 
