@@ -99,7 +99,7 @@ def exp_around(x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         slow = ~fast
         with np.errstate(invalid="ignore", over="ignore"):
             ends = (np.nextafter(x[slow] - w[slow], -np.inf), np.nextafter(x[slow] + w[slow], np.inf))
-        lo[slow], hi[slow] = _exp_bound(ends[0], -1), _exp_bound(ends[1], +1)
+        lo[slow], hi[slow] = exp_enclosure(*ends)
     p, k, rel = _exp_parts(xf)
     k = k.astype(np.int64)
     grow = 1.0 + (wf + wf * wf)                 # ≥ e^w · (1 − 3u)
@@ -226,14 +226,11 @@ def _softmax(L: np.ndarray, L_rad: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def mix(E: np.ndarray, S: np.ndarray, S_rad: np.ndarray, absE: np.ndarray | None = None,
         E_rad: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Enclosure of ``E^(t)T s^(t)`` (T, d) for every ``s^(t)`` within ``S_rad`` of ``S`` (T, n),
-    ``S ≥ 0``: ``fl(E^T S)`` is within ``γ_n |E|^T S`` of ``E^T S``, which is within
-    ``|E|^T S_rad`` of ``E^T s``. ``S`` and ``S_rad`` may hold several (T, heads, n): then
-    (T, heads, d). ``absE``: ``|E|``, when the caller has it; ``E_rad``: as in :func:`features`."""
+    """Enclosure of ``E^(t)T s_h^(t)`` (T, heads, d) for every ``s_h^(t)`` within ``S_rad`` of ``S``
+    (T, heads, n), ``S ≥ 0``: ``fl(E^T S)`` is within ``γ_n |E|^T S`` of ``E^T S``, which is
+    within ``|E|^T S_rad`` of ``E^T s``. ``absE``: ``|E|``, when the caller has it; ``E_rad``:
+    as in :func:`features`."""
     n = E.shape[1]
-    if S.ndim == 2:
-        z, z_rad = mix(E, S[:, None, :], S_rad[:, None, :], absE, E_rad)
-        return z[:, 0], z_rad[:, 0]
     absE = np.abs(E) if absE is None else absE
     z = S @ E
     z_rad = S_rad @ absE + gamma(n) * (S @ absE)

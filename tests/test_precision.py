@@ -284,7 +284,7 @@ def test_enclosures_by_blocks_of_rows_and_groups_of_heads_are_each_heads_whole()
     radius = certify_module._feature_radius(w, (E, None, X, None))
     for h in range(H):
         cols = slice(h * d, (h + 1) * d)
-        z, z_rad = mix(E, P[:, h], P_rad[:, h])
+        z, z_rad = (a[:, 0] for a in mix(E, P[:, h:h + 1], P_rad[:, h:h + 1]))
         assert np.all(np.abs(Z[:, cols] - z) <= Z_rad[:, cols] + z_rad)
         assert np.all(Z_rad[:, cols] <= 2 * z_rad) and np.all(z_rad <= 2 * Z_rad[:, cols])
         alone = features(E, X, w.W_K[h], w.W_Q[h])[1]
@@ -298,8 +298,8 @@ def test_mix_of_several_heads_is_each_heads_mix():
     S_rad = S * 1e-15
     z, z_rad = mix(E, S, S_rad)
     for h in range(2):
-        alone, alone_rad = mix(E, S[:, h], S_rad[:, h])
-        assert np.allclose(z[:, h], alone, rtol=1e-14) and np.allclose(z_rad[:, h], alone_rad, rtol=1e-12)
+        alone, alone_rad = mix(E, S[:, h:h + 1], S_rad[:, h:h + 1])
+        assert np.allclose(z[:, h], alone[:, 0], rtol=1e-14) and np.allclose(z_rad[:, h], alone_rad[:, 0], rtol=1e-12)
 
 
 @settings(max_examples=20, deadline=None)
