@@ -369,7 +369,8 @@ def _sentences(cert: dict) -> dict[str, dict[str, str]]:
 
 # Entries of a block's features (rows × heads × d) per group of heads in the float64 enclosure:
 # half the forward pass's groups (about twenty such arrays are live, twice its count). With 8
-# heads of d = 64 a group took 2.15 Z at H = 64 against 2.02 Z with 4, in about the same time.
+# heads of d = 64, certify's peak at H = 64 was 2.15 Z against 2.02-2.09 Z with 4, which took
+# 1.5-1.9 s against 1.3-1.4 s there (in process, a noisy hour): memory first, as #13 asks.
 _ENCLOSURE_ENTRIES = 1 << 16
 
 
