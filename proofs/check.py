@@ -9,11 +9,16 @@ holds and the conclusion fails.
 Numerical conventions, shared by every check:
 
 - Ranks: :func:`construct.arith.numerical_rank`, one tolerance ``max(shape)·ε·σ_max``.
-- "Exact" equalities (attention targets, fitted labels): absolute error at most :data:`EXACT_TOL`
-  plus :func:`logit_rounding`, the forward-error bound of evaluating the logits ``E W_K W_Q^T x``
-  through their factors in float64 (docs/math.md §5: with a scale ``c`` in ``W_K`` this is the
-  ``c ε ‖a‖ ‖b‖ ‖x‖ ‖E‖`` term; with ill-conditioned queries it is the cancellation inside
-  ``W_K W_Q^T``). Softmax moves no probability by more than twice the largest logit error.
+- "Exact" attention targets (Claims 1 and 2): each probability within :data:`EXACT_TOL` of its
+  target *relative to the target* (:func:`target_error`), plus what :func:`logit_radius`
+  allows: the forward-error bound ``η`` of evaluating the logits ``E W_K W_Q^T x`` through their
+  factors in float64, entry by entry (with a scale ``c`` in ``W_K`` it holds the rank-one term's
+  rounding; with ill-conditioned queries, the cancellation inside ``W_K W_Q^T``). Logits each within ``η`` change every probability by a factor within
+  ``e^{±2η}`` (:func:`target_tol`). Relative, because an absolute tolerance cannot see a small
+  target: ``10^-12`` fitted as ``10^-11`` is off by ``9·10^-12``. A fit within a tolerance above
+  :data:`CONFIRM_TOL` is undecided (31% allowed a fit 1% off to be called exact); one beyond it
+  is refuted; at a tolerance of 1 or more, neither.
+- Fitted labels: :func:`construct.verify`'s tolerance, relative to the labels' scale.
 """
 
 from __future__ import annotations
@@ -30,12 +35,16 @@ from construct.data import checked
 from construct.errors import InputError
 from construct.limits import integer
 from construct.model import feature_matrix, layer_inputs
-from construct.policy import logit_rounding
 
 EXACT_TOL = 1e-9
 
-__all__ = ["Check", "EXACT_TOL", "factored_rank", "features_rank", "features_rounding", "logit_rounding",
-           "rank_at_most", "traced_head"]
+# The largest relative tolerance at which an attention target's fit is confirmed: beyond it the
+# logits' rounding allowance (nearly dependent queries, large weights) is too coarse to call a fit
+# exact, and a fit within it is undecided. A fit beyond the tolerance is still refuted.
+CONFIRM_TOL = 1e-3
+
+__all__ = ["CONFIRM_TOL", "Check", "EXACT_TOL", "factored_rank", "features_rank", "features_rounding", "logit_radius",
+           "rank_at_most", "target_error", "target_tol", "traced_head"]
 
 
 def traced_head(result, head: int, who: str):
@@ -71,6 +80,46 @@ def features_rank(data, weights) -> tuple[np.ndarray, int, np.ndarray]:
         Z = feature_matrix(E, X, weights, ar, layered=True)
         rank, s = ar.numerical_rank(Z)
     return Z, rank, s
+
+
+def logit_radius(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray, eps: float = EPS) -> np.ndarray:
+    """How far float64 logits ``e_i^T W_K W_Q^T x`` of contexts ``E`` (T, n, d) and queries ``X``
+    (T, d) may be from exact, per example (the largest over its tokens), shape (T,).
+
+    The product of four factors, grouped in any way, is within ``γ_k |e_i|^T |W_K| |W_Q|^T |x|``
+    of exact with ``k = 2d + d_h`` (the three sums it takes; ``γ_k = ku/(1 − ku)``, ``u = ε/2``),
+    entry by entry: the rounding of each logit at its own scale, where the norms'
+    ``k ε ‖E‖ ‖W_K‖ ‖W_Q‖ ‖x‖`` (:func:`construct.policy.logit_rounding`) take the whole
+    context's and the largest direction's. With a saturation scale ``c`` in ``W_K`` it holds the
+    rank-one term's rounding; with nearly dependent queries, the cancellation inside ``W_K W_Q^T``.
+    """
+    if not E.size or not W_K.size:
+        return np.zeros(E.shape[0])
+    k = 2 * E.shape[-1] + W_K.shape[1]
+    gamma = k * eps / 2 / (1 - k * eps / 2)
+    with np.errstate(over="ignore", invalid="ignore"):
+        size = np.einsum("tid,td->ti", np.abs(E), (np.abs(X) @ np.abs(W_Q)) @ np.abs(W_K).T)
+        radius = gamma * size.max(axis=1, initial=0.0)
+    return np.where(np.isnan(radius), np.inf, radius)
+
+
+def target_error(p: np.ndarray, s: np.ndarray) -> float:
+    """The largest relative error ``|p − s| / s`` of attention ``p`` against targets ``s`` (same
+    shape, ``s > 0``); a target below float64's smallest normal number counts as that number (the
+    attention's rounding is absolute there). 0 with nothing to fit."""
+    if not s.size:
+        return 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        err = np.abs(p - s) / np.maximum(s, np.finfo(np.float64).tiny)
+    return float(np.max(err)) if np.all(np.isfinite(err)) else float("inf")
+
+
+def target_tol(eta: float) -> float:
+    """The relative tolerance of :func:`target_error` where each logit is within ``eta`` of its
+    exact value: :data:`EXACT_TOL` plus ``e^{2 eta} − 1`` (``inf`` where that overflows). From
+    1 on it decides nothing: a probability could be off by a factor of 2."""
+    with np.errstate(over="ignore"):
+        return float(EXACT_TOL + np.expm1(2 * eta))
 
 
 def features_rounding(E: np.ndarray, H: int, eps: float) -> float:

@@ -14,7 +14,8 @@ from construct.arith import numerical_rank
 from construct.limits import integer
 from construct.model import head_attention
 
-from .check import Check, EXACT_TOL, arrays, factored_rank, logit_rounding, one_blas_thread
+from .check import (CONFIRM_TOL, Check, arrays, factored_rank, logit_radius, one_blas_thread, target_error,
+                    target_tol)
 
 STATEMENT = "Claim 1"
 
@@ -37,10 +38,12 @@ def check(E_S: np.ndarray, X_S: np.ndarray, s: np.ndarray, d_h: int | None = Non
     """Claim 1 on examples ``E_S`` (m, n, d), ``X_S`` (m, d) with targets ``s`` (m, n).
 
     Returns:
-        A :class:`Check` with the factors ``W_K``, ``W_Q`` (d, m), the largest target error and
-        ``rank W_S``; no conclusion (undecided) where the targets' tolerance, the logits'
-        rounding (nearly dependent queries make ``W_S`` large), reaches 1, the largest
-        difference of two probabilities.
+        A :class:`Check` with the factors ``W_K``, ``W_Q`` (d, m), ``target_error`` (the largest
+        error of a probability relative to its target, :func:`proofs.check.target_error`) and
+        ``rank W_S``; no conclusion (undecided) where the targets' relative tolerance ``tol``,
+        grown with the logits' rounding (nearly dependent queries make ``W_S`` large), reaches 1
+        (a probability could then be off by a factor of 2), nor where it exceeds
+        :data:`proofs.check.CONFIRM_TOL` and the fit lies within it (too coarse to call it exact).
     """
     E_S, X_S, s = arrays(E_S=(E_S, "m n d"), X_S=(X_S, "m d"), s=(s, "m n"))
     d_h = None if d_h is None else integer(d_h, "d_h")
@@ -49,11 +52,12 @@ def check(E_S: np.ndarray, X_S: np.ndarray, s: np.ndarray, d_h: int | None = Non
             and hyp["targets strictly positive, rows sum to 1"]):
         return Check(STATEMENT, hyp, None, {})
     K, Q = claim1_factors(E_S, X_S, s)
-    err = float(np.abs(head_attention(E_S, X_S, K, Q) - s).max(initial=0.0))      # none: nothing to fit
-    tol = EXACT_TOL + 2 * logit_rounding(E_S, X_S, K, Q)
+    err = target_error(head_attention(E_S, X_S, K, Q), s)
+    tol = target_tol(logit_radius(E_S, X_S, K, Q).max(initial=0.0))
     rank_W = factored_rank(K, Q)
     m = E_S.shape[0]
     q = {"target_error": err, "tol": tol, "rank_W": rank_W, "m": m, "W_K": K, "W_Q": Q}
-    if tol >= 1:                # the logits' rounding reaches any difference of two probabilities
+    holds = bool(err <= tol and rank_W <= m)
+    if tol >= 1 or (holds and tol > CONFIRM_TOL):     # too coarse to decide, or to call the fit exact
         return Check(STATEMENT, hyp, None, q)
-    return Check(STATEMENT, hyp, bool(err <= tol and rank_W <= m), q)
+    return Check(STATEMENT, hyp, holds, q)

@@ -18,19 +18,21 @@ from construct.model import head_attention
 from construct.saturation import one_hot_distance
 
 from . import claim1, lemma3, lemma4
-from .check import (EXACT_TOL, Check, arrays, factored_rank, layer_data, logit_rounding, one_blas_thread, real,
-                    traced_head)
+from .check import (CONFIRM_TOL, Check, arrays, factored_rank, layer_data, logit_radius, one_blas_thread, real,
+                    target_error, target_tol, traced_head)
 
 STATEMENT = "Claim 2"
 
 
 def _conclusion(E_S, X_S, s, E_A, X_A, K, Q, a, b, c, j_star=None) -> tuple[bool | None, dict]:
     """Targets on S, saturation on the others, rank: for ``W = K Q^T + c a b^T``. None when the
-    float64 evaluation cannot decide the targets: their tolerance (the logits' rounding) reaches 1,
-    the largest difference of two probabilities."""
+    float64 evaluation cannot decide the targets: their relative tolerance (grown with the logits'
+    rounding, :func:`proofs.check.target_tol`) reaches 1, a factor of 2 on a probability, or
+    everything holds but the targets only within a tolerance above
+    :data:`proofs.check.CONFIRM_TOL`."""
     W_K, W_Q = np.column_stack([K, c * a]), np.column_stack([Q, b])
-    err = float(np.abs(head_attention(E_S, X_S, W_K, W_Q) - s).max()) if len(s) else 0.0
-    tol = EXACT_TOL + 2 * logit_rounding(E_S, X_S, W_K, W_Q)
+    err = target_error(head_attention(E_S, X_S, W_K, W_Q), s) if len(s) else 0.0
+    tol = target_tol(logit_radius(E_S, X_S, W_K, W_Q).max(initial=0.0))
     sat = lemma4.check(E_A, X_A, K @ Q.T, np.outer(a, b), c)
     same_tokens = j_star is None or np.array_equal(sat.quantities["j_star"], j_star)
     # Lemma 4 reasons about the exact logits; the check looks at the model's own attention.
@@ -39,7 +41,7 @@ def _conclusion(E_S, X_S, s, E_A, X_A, K, Q, a, b, c, j_star=None) -> tuple[bool
     bound = sat.quantities["bound"]
     # The model's logits carry rounding (docs/math.md §5) that the exact ones do not; a logit error η
     # changes the distance by a factor of at most exp(2η).
-    eta = logit_rounding(E_A, X_A, W_K, W_Q)
+    eta = logit_radius(E_A, X_A, W_K, W_Q).max(initial=0.0)
     with np.errstate(over="ignore"):
         slack = float(np.exp(2 * eta))
     # Where that factor overflows, the model's logits may be off by more than any gap: the
@@ -63,7 +65,9 @@ def _conclusion(E_S, X_S, s, E_A, X_A, K, Q, a, b, c, j_star=None) -> tuple[bool
     if tol >= 1:
         return None, q
     holds = bool(err <= tol and frozen and same_tokens and rank_W <= len(s) + 1)
-    return (None if holds and not seen else holds), q
+    # Held, but the targets only within a tolerance too coarse to call them exact, or the
+    # saturation unseen: undecided.
+    return (None if holds and (tol > CONFIRM_TOL or not seen) else holds), q
 
 
 @one_blas_thread

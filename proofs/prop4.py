@@ -50,13 +50,16 @@ def check(data: Dataset, *, trials: int = 5000, seed: int = 0, layer=apply_layer
     out = layer(data)
     mean = data.E.mean(axis=1)
     # The shift: what the uniform head adds is the mean, up to the rounding of its sums (n and d
-    # terms of size |E|): 4(n + d)u of the largest entry is far above it and far below a wrong map.
-    # Relative to the data, at any scale (a floor of 1 let the identity pass on data of size 1e-15),
-    # plus what underflow may take from each of those terms.
-    size = max(float(np.abs(data.E).max(initial=0.0)), float(np.abs(data.X).max(initial=0.0)))
-    slack = 4 * (n + d) * (np.finfo(float).eps * size + np.finfo(float).smallest_subnormal)
-    shift_error = max(float(np.abs(out.E - (data.E + mean[:, None, :])).max(initial=0.0)),
-                      float(np.abs(out.X - (data.X + mean)).max(initial=0.0)))
+    # terms of size |E|): 4(n + d)u of the example's largest entry is far above it and far below
+    # a wrong map. Relative to each example, at any scale (a floor of 1 let the identity pass on
+    # data of size 1e-15; the largest example's size, a layer that shifted only that one), plus
+    # what underflow may take from each of those terms.
+    size = np.maximum(np.abs(data.E).max(axis=(1, 2), initial=0.0), np.abs(data.X).max(axis=1, initial=0.0))
+    slack = 4 * (n + d) * (np.finfo(float).eps * size + np.finfo(float).smallest_subnormal)     # (T,)
+    moved = np.maximum(np.abs(out.E - (data.E + mean[:, None, :])).max(axis=(1, 2), initial=0.0),
+                       np.abs(out.X - (data.X + mean)).max(axis=1, initial=0.0))
+    worst = int(np.argmax(moved / slack)) if moved.size else 0
+    shift_error, slack = (float(moved[worst]), float(slack[worst])) if moved.size else (0.0, 0.0)
     a1_out = kruskal_check(out.X, n, "layer's queries", trials, seed)
     a2_out = a2_violations(out.E).size == 0
     hyp = {"contexts have full row rank (A2)": a2_violations(data.E).size == 0, "A3": a3.holds}

@@ -25,10 +25,17 @@ def check(data: Dataset, weights: Weights) -> Check:
     check_compatible(weights, data.d, data.d_o)
     H, d = weights.H, data.d
     sums = data.E.sum(axis=2)
-    const = float(sums.mean())
-    # Sums agree to their rounding: forming a token and summing its d coordinates each cost up
-    # to d·ε times the sum of absolute values, for both sums compared.
-    same = bool(np.abs(sums - const).max() <= 4 * d * EPS * max(np.abs(data.E).sum(axis=2).max(), abs(const)))
+    # Sums agree to their rounding: forming a token and summing its d coordinates cost under
+    # d·ε of its sum of absolute values, and data made by shifting tokens onto the constant carry
+    # the shift's rounding, at the data's scale. So each token's sum lies within 4d·ε of the
+    # constant times the larger of its own scale and the median token's, an interval at most
+    # half the tokens can widen (one large token must not widen every other's); one constant
+    # means the intervals share a point, the middle of which is named.
+    scale = np.abs(data.E).sum(axis=2)
+    radius = 4 * d * EPS * np.maximum(scale, np.median(scale))
+    low, high = float((sums - radius).max()), float((sums + radius).min())
+    same = low <= high
+    const = (low + high) / 2 if same else float(sums.mean())
     bound = H * (d - 1) + 1
     Z, rank_Z, sv = features_rank(data, weights)
     E_layer = layer_inputs(weights, data.E, data.X)[0]
