@@ -19,8 +19,9 @@ by far more. Two tools, for float64 weights:
   (on a shared context the logits as ``X · (W_Q W_K^T E^T)``, on independent ones as
   ``E ((W_K W_Q^T) x)``, instead of ``E (W_K (W_Q^T x))``; the values folded before the
   softmax); where the two float64 evaluations differ by more than a fraction of the tolerance,
-  float64 cannot tell whether the labels hold. The cost is one more forward pass. It is a
-  detector, not a bound: the certificate is what proves.
+  float64 cannot tell whether the labels hold; so too where rounding the logits alone (by
+  ``u·|ℓ|``, which both orders do) could, at worst, move an output by the tolerance. The cost is one more
+  forward pass. It is a detector, not a bound: the certificate is what proves.
 - :func:`outputs`: then the outputs in double words (:func:`construct.dword.outputs`), within
   about ``u²·cond`` of the exact model: what ``verify`` reports, and the residual the build
   refines its readout against (iterative refinement, the residual computed in double words, the
@@ -36,7 +37,7 @@ import numpy as np
 from . import dword
 from .arith import FLOAT64, Arithmetic
 from .arith.threads import row_blocks
-from .model import Weights, head_groups, softmax
+from .model import Weights, head_groups
 
 # Float64 rounding counts as visible when two evaluations differ by more than this fraction of
 # the allowed error.
@@ -52,16 +53,39 @@ def reordered_outputs(weights: Weights, E, X, ar: Arithmetic = FLOAT64):
     """The float64 outputs (T, d_o) in another order of operations than
     :func:`construct.model.forward`'s: ``E`` is one shared context (n, d), host NumPy, or one
     context per example (T, n, d), in the arithmetic ``ar`` with ``X`` and the weights."""
+    return _reordered(weights, E, X, ar)[0]
+
+
+def _reordered(weights: Weights, E, X, ar: Arithmetic = FLOAT64):
+    """:func:`reordered_outputs`, and for each example how far rounding each logit ``ℓ`` to
+    float64 could move its outputs (T,): :func:`_moved` summed over the heads. Every float64
+    evaluation rounds the logits it forms, whatever its order, so two of them can agree where
+    both are far from the exact model (a logit ``10^17 + 1`` is ``10^17`` in either)."""
     if E.ndim == 3:
         return _reordered_per_example(weights, E, X, ar)
     H, d_v = weights.H, weights.d_v
     out = X @ weights.W_D if weights.skip else np.zeros((X.shape[0], weights.d_o))
+    moved = np.zeros(X.shape[0])
     for h in range(H):
         logits = X @ (weights.W_Q[h] @ (weights.W_K[h].T @ E.T))                 # (T, n)
         values = E @ (weights.W_V[h] @ (weights.W_O[h * d_v:(h + 1) * d_v] @ weights.W_D))   # (n, d_o)
         s = np.exp(logits - logits.max(axis=1, keepdims=True))
-        out += (s @ values) / s.sum(axis=1, keepdims=True)
-    return out
+        total = s.sum(axis=1, keepdims=True)
+        out += (s @ values) / total
+        half_range = np.max(values.max(axis=0, initial=-np.inf) - values.min(axis=0, initial=np.inf), initial=0.0) / 2
+        moved += _moved(np, np.max(np.abs(logits), axis=1), 1 / total[:, 0], half_range)
+    return out, moved
+
+
+def _moved(xp, largest, p_max, half_range):
+    """How far rounding each of a softmax's logits to float64 (by ``u·|ℓ|``, at most ``u`` times
+    the ``largest``) could move ``Σ_j p_j c_j``, for values within ``half_range`` of a midpoint
+    and the largest weight ``p_max``: the weights move by factors within ``e^{±2uL}`` and still
+    sum to 1 (so only the values' spread about the midpoint counts), and where one weight holds
+    nearly all (saturation) only the rest, ``1 − p_max``, moves, on both sides of the sum. An
+    estimate, for :func:`rounding_visible` (not a bound on float64's error: forming the logits
+    rounds more)."""
+    return xp.expm1(2 * dword.U * largest) * xp.minimum(2 * (1 - p_max), 1.0) * half_range
 
 
 def _reordered_per_example(weights: Weights, E, X, ar: Arithmetic):
@@ -82,26 +106,37 @@ def _reordered_per_example(weights: Weights, E, X, ar: Arithmetic):
     H, n, d_o = weights.H, E.shape[1], weights.d_o
     fold = max(1, d // d_o)             # heads whose folded values take no more room than the block
     groups = [_reordered_group(weights, ar, h0, h1) for h0, h1 in head_groups(H, d, ar, T)]
-    out = ar.zeros((T, d_o))
+    out, moved = ar.zeros((T, d_o)), ar.zeros((T,))
 
     def part(lo: int, hi: int) -> None:
         for r0, r1 in row_blocks(lo, hi, ar.cache_rows):
             block, x, m = E[r0:r1, ...], X[r0:r1, ...], r1 - r0
             o = x @ weights.W_D if weights.skip else ar.zeros((m, d_o))
+            shift = ar.zeros((m,))
             flat, e = xp.reshape(block, (m * n, d)), _row_exponents(ar, x)
             x = ar.ldexp(x, -e[:, None])                                       # unit scale
             for keys, shifts, values in groups:
                 w = ar.ldexp(xp.reshape(x @ keys, (m, -1, d)), e[:, None, None] + shifts[None, :, None])  # N x
-                s = softmax(xp.matmul(w, xp.matrix_transpose(block)), ar)                  # (m, heads, n)
+                logits = xp.matmul(w, xp.matrix_transpose(block))                          # (m, heads, n)
+                top = ar.softmax_shift(logits)                 # softmax(logits, ar), with its parts:
+                shifted = ar.exp(logits - top)
+                total = xp.sum(shifted, axis=-1, keepdims=True)
+                s = shifted / total
+                largest = xp.maximum(top[..., 0], -xp.min(logits, axis=2))                   # (m, heads)
+                p_max = 1 / total[..., 0]                                    # the top weight, exp(0)/total
                 for g0 in range(0, s.shape[1], fold):
                     g1 = min(s.shape[1], g0 + fold)
                     c = xp.reshape(flat @ values[:, g0 * d_o:g1 * d_o], (m, n * (g1 - g0), d_o))  # e_j^T c_h
                     p = xp.reshape(xp.permute_dims(s[:, g0:g1, :], (0, 2, 1)), (m, 1, n * (g1 - g0)))
                     o = o + xp.reshape(xp.matmul(p, c), (m, d_o))                          # Σ_hj s_hj e_j^T c_h
+                    c = xp.reshape(c, (m, n, g1 - g0, d_o))
+                    half_range = xp.max(xp.max(c, axis=1) - xp.min(c, axis=1), axis=2) / 2            # (m, heads)
+                    shift = shift + xp.sum(_moved(xp, largest[:, g0:g1], p_max[:, g0:g1], half_range), axis=1)
             out[r0:r1, ...] = o
+            moved[r0:r1] = shift
     with ar.session():                                   # the rows on every core
         ar.rows(part, T)
-    return out
+    return out, moved
 
 
 def _reordered_group(weights: Weights, ar: Arithmetic, h0: int, h1: int):
@@ -140,13 +175,21 @@ def rounding_visible(weights: Weights, E, X, out, allowed: float, ar: Arithmetic
     shared context (n, d) on the host, or (T, n, d) in ``ar`` with ``X``, ``out`` and the
     weights) differs from the outputs ``out`` by more than :data:`VISIBLE` of ``allowed`` (or
     is not finite), or float64's rounding of the outputs alone, ``u·max |f|``, does: below that
-    no float64 evaluation can tell (tolerances near ``u``)."""
+    no float64 evaluation can tell (tolerances near ``u``); or where rounding the logits alone
+    could, at worst, move an output by ``allowed`` itself (:func:`_moved`): large logits round
+    alike in every order."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        gap = reordered_outputs(weights, E, X, ar) - out
+        again, moved = _reordered(weights, E, X, ar)
+        gap = again - out
         gap = float(ar.to_host(ar.xp.max(ar.xp.abs(gap)))) if gap.size else 0.0
         size = float(ar.to_host(ar.xp.max(ar.xp.abs(out)))) if out.size else 0.0
-    # Two evaluations that agree to the last bit still round the outputs themselves (u·|f|).
-    return not max(gap, dword.U * size) <= VISIBLE * allowed
+        moved = float(ar.to_host(ar.xp.max(moved))) if moved.size else 0.0
+    # Two evaluations that agree to the last bit still round the outputs themselves (u·|f|), and
+    # each logit they form: moved is that rounding's worst case (every logit's in the direction
+    # that moves the output most), so it is held to the tolerance itself, not to a fraction of it
+    # as the gap, a measurement, is (shared contexts at H = 64: 4.6e-10 where the exact model's
+    # error and float64's differ by 1.4e-11). NaN where it overflows counts as visible.
+    return not (max(gap, dword.U * size) <= VISIBLE * allowed and moved <= allowed)
 
 
 def outputs(weights: Weights, E, X, probabilities: np.ndarray | None = None) -> dword.DW:
