@@ -77,17 +77,18 @@ class MemorizingAttention(nn.Module):
         single = x.dim() == 1
         if single:
             E, x = E[None], x[None]
-        if bool(self.mean_shift):                                             # Proposition 4's layer
-            s = torch.softmax(torch.zeros(E.shape[1], dtype=E.dtype, device=E.device), dim=0)
-            m = torch.einsum("bnd,n->bd", E, s)
-            E, x = E + m[:, None, :], x + m
+        # The flags select, never branch: torch.export and torch.compile(fullgraph=True) cannot
+        # trace a Python branch on a buffer's value. Both sides are formed; the one not selected
+        # is dropped exactly (torch.where), so the result is the branch's to the bit.
+        s = torch.softmax(torch.zeros(E.shape[1], dtype=E.dtype, device=E.device), dim=0)
+        m = torch.einsum("bnd,n->bd", E, s)                                   # Proposition 4's layer
+        E, x = torch.where(self.mean_shift, E + m[:, None, :], E), torch.where(self.mean_shift, x + m, x)
         q = torch.einsum("bd,hdk->bhk", x, self.W_Q)[:, :, None, :]          # (B, H, 1, d_h)
         k = torch.einsum("bnd,hdk->bhnk", E, self.W_K)                        # (B, H, n, d_h)
         v = torch.einsum("bnd,hdv->bhnv", E, self.W_V)                        # (B, H, n, d_v)
         heads = F.scaled_dot_product_attention(q, k, v, scale=1.0)[:, :, 0, :]  # (B, H, d_v)
         o = heads.flatten(1) @ self.W_O                                       # (B, d); B = 0 too
-        if bool(self.skip):
-            o = o + x
+        o = torch.where(self.skip, o + x, o)
         out = o @ self.W_D
         return out[0] if single else out
 

@@ -454,3 +454,20 @@ def test_the_check_runs_the_target_library_in_blocks_of_examples(built, fmt, tmp
     f = ex.evaluate(tmp_path / f"whole.{fmt}", fmt, data.E, data.X)
     assert sum(seen) == data.T and max(seen) < data.T, seen
     assert f.shape == data.Y.shape and abs(float(np.abs(f - data.Y).max()) - whole) <= 1e-12
+
+
+@pytest.mark.parametrize("prelayer", [None, "mean-shift"])
+def test_the_torch_module_traces_with_torch_export(built, prelayer):
+    # Found by a new user: torch.export (and torch.compile(fullgraph=True)) stopped at the
+    # module's Python branches on its skip and mean_shift buffers (a data-dependent guard).
+    weights, data = built
+    if prelayer is not None:
+        weights = build(data, weights.H, skip=weights.skip, value_dim=weights.d_v, prelayer=prelayer).weights
+    module = to_torch(weights)
+    E, X = torch.from_numpy(data.E.copy()), torch.from_numpy(data.X.copy())
+    program = torch.export.export(module, (E, X))
+    compiled = torch.compile(module, fullgraph=True, backend="eager")      # graph capture, no compiler
+    with torch.no_grad():
+        eager = module(E, X)
+        assert torch.equal(program.module()(E, X), eager) and torch.equal(compiled(E, X), eager)
+    assert np.abs(eager.numpy() - data.Y).max() <= 1e-10
