@@ -56,7 +56,7 @@ from .data import Dataset, checked
 from .errors import ConstructError, InputError, numpy_error_defaults
 from .io import json_bytes, sha256, write_atomic
 from .limits import allowed_error, callback, integer, require_memory, tolerance
-from .model import (Weights, check_compatible, checked_weights, feature_matrix, head_groups, layer_inputs,
+from .model import (Weights, check_compatible, checked_weights, feature_matrix, head_groups, layer_inputs, not_weights,
                     output_from_features)
 from .verify import DEFAULT_TOL
 
@@ -172,8 +172,7 @@ def default_bits(weights: Weights) -> int:
         InputError: ``weights`` is not :class:`Weights`.
     """
     if not isinstance(weights, Weights):
-        raise InputError(f"expected Weights (construct.as_weights), got {type(weights).__name__}",
-                         what="invalid weights")
+        raise not_weights(weights)
     return (weights.bits or 53) + EXTRA_BITS
 
 
@@ -217,7 +216,9 @@ def certify(weights: Weights, data: Dataset, *, tol: float = DEFAULT_TOL, bits: 
     # head's key map, and on one shared context the softmax, its radius and the double words'
     # work beside Z (peaks in benchmarks/bench_scale.py, n = 32, d = 64: 1.7-2.0 Z on contexts of
     # their own, 2.1 Z (H = 256) to 3.5 Z (H = 64) shared); 5 Z there for the routes after the
-    # softmax's (Z and its radius from it, a right inverse by pinv: about 5.5 Z measured).
+    # softmax's (Z and its radius from it, a right inverse by pinv: about 5.5 Z measured). On
+    # contexts of their own that route is rare (Z too ill-conditioned for the Gram matrix): it
+    # checks its own room when it is taken (_residual_rank_claim, lapack.right_inverse).
     copies = 5 if T > 1 and shared_context(data.E) else 2
     require_memory(8 * (copies * T * weights.H * d + 2 * T ** 2 + weights.H * d ** 2),
                    f"certifying T = {T} examples on H = {weights.H} heads")
@@ -633,6 +634,9 @@ def _residual_rank_claim(Z: np.ndarray, Z_rad: np.ndarray, T: int) -> dict:
     F = Z.shape[1]
     if F < T or not (np.isfinite(Z).all() and np.isfinite(Z_rad).all()):
         return {"residual_inf_norm_bound": None}
+    # Beyond what the start counted: X and I − ZX beside Z, and the Cholesky route's two T × T
+    # matrices (lapack.right_inverse checks again before a pseudo-inverse).
+    require_memory(8 * (Z.size + 3 * T * T), f"the rank of T = {T} examples by a right inverse of Z")
     Xr = lapack.right_inverse(Z)
     if not np.all(np.isfinite(Xr)):
         return {"residual_inf_norm_bound": None}

@@ -1257,3 +1257,35 @@ def test_stage_notes_say_what_each_route_proved_and_change_nothing(monkeypatch):
     notes.clear()
     C.certify(weights, fits, tol=1e-30, method="float64", progress=notes.append)
     assert notes == []
+
+
+def test_the_right_inverse_route_is_refused_by_name_where_memory_is_short(monkeypatch, tmp_path):
+    # The size check at the start counts Z twice on contexts of their own; the residual route
+    # (where the Gram matrix cannot prove the rank) takes about 5.5 Z with the pseudo-inverse.
+    # Where memory runs short by then, certify names what it needs instead of being killed.
+    import construct.limits as limits
+    data = construct.synthetic("independent", T=7, n=3, d=4, seed=1)
+    flat = construct.as_weights(W_K=np.zeros((3, 4, 3)), W_Q=np.zeros((3, 4, 3)), W_V=np.ones((3, 4, 1)),
+                                W_O=np.ones((3, 4)), W_D=np.ones((4, 1)))
+    room = {"bytes": 2**40}
+    monkeypatch.setattr(limits, "available_memory", lambda: room["bytes"])
+    gram = C._gram_rank_claim
+
+    def then_short(*args):
+        room["bytes"] = 1024                           # the rest of the machine took it meanwhile
+        return gram(*args)
+    monkeypatch.setattr(C, "_gram_rank_claim", then_short)
+    with pytest.raises(InputError, match=r"right inverse of Z needs about .* of memory"):
+        C.certify(flat, data, method="float64")
+    # Room for Cholesky's route (here 1,848 bytes), not for a pseudo-inverse (2,352) where it fails.
+    def short_for_pinv(*args):
+        room["bytes"] = 2000
+        return gram(*args)
+    room["bytes"] = 2**40
+    monkeypatch.setattr(C, "_gram_rank_claim", short_for_pinv)
+    monkeypatch.setattr(C.lapack.sla, "cho_factor", lambda *a, **k: (_ for _ in ()).throw(np.linalg.LinAlgError()))
+    with pytest.raises(InputError, match=r"pseudo-inverse of Z \(7 × 12\) for its right inverse needs about"):
+        C.certify(flat, data, method="float64")
+    room["bytes"] = 2**40
+    monkeypatch.setattr(C, "_gram_rank_claim", gram)
+    assert not C.certify(flat, data, method="float64").claims["rank"]["proven"]      # with room: runs

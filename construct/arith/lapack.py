@@ -448,4 +448,6 @@ def right_inverse(Z: np.ndarray) -> np.ndarray:
         del factor
         return Z.T @ inverse
     except (np.linalg.LinAlgError, ValueError):
+        from ..limits import require_memory
+        require_memory(8 * 3.5 * Z.size, f"a pseudo-inverse of Z ({T} × {Z.shape[1]}) for its right inverse")
         return np.linalg.pinv(Z)
