@@ -7,6 +7,8 @@ the result with the model's own forward pass; ``verify`` re-checks weights again
 ``construct.certify`` proves the exact model's rank and error.
 """
 
+import importlib as _importlib
+
 from ._version import __version__
 from .assumptions import check_assumptions, kruskal_rank
 from .build import BuildResult, HeadEvidence, build, capacity, heads_needed
@@ -22,3 +24,18 @@ __all__ = [
     "check_assumptions", "feature_matrix", "forward", "heads_needed", "kruskal_rank", "load_dataset",
     "load_weights", "param_count", "synthetic", "teach", "verify",
 ]
+
+# Submodules not imported with the package (optional libraries, or their own import cost), loaded
+# on first use: ``construct.datasets.digits(...)`` works after a plain ``import construct``, as
+# the docs write it.
+_ON_USE = ("baselines", "certify", "datasets", "export", "report", "sweeps", "torch_model")
+
+
+def __getattr__(name: str):
+    if name in _ON_USE:
+        return _importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_ON_USE))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import math
 import os
 import re
@@ -137,6 +138,9 @@ def _build_into(args, out) -> dict:
                     if given is not None]
         if problems:
             raise InputError(problems, what="invalid arguments")
+        if args.dataset == "digits" and args.examples is not None and args.examples > datasets.DIGITS:
+            raise InputError(f"--examples {args.examples} exceeds the {datasets.DIGITS} digits there are",
+                             what="invalid option")
         options = {} if args.examples is None else {"count": args.examples}
         if args.dataset == "tokens":
             options["seed"] = args.seed
@@ -567,9 +571,17 @@ def _number(text: str) -> float:
     try:
         if not text.isascii() or "_" in text or text != text.strip():
             raise ValueError
-        return float(text)
+        value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a number, got {text[:40]!r}") from None
+    # Beyond float64's range float() gives 0 or inf, and a later message would show that, not
+    # what was typed.
+    mantissa = re.split("[eE]", text)[0]
+    if value == 0 and re.search("[1-9]", mantissa):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is below float64's range (it rounds to 0)")
+    if math.isinf(value) and "inf" not in text.lower():
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is beyond float64's range (it rounds to inf)")
+    return value
 
 
 def _seed(text: str) -> int:
@@ -614,6 +626,21 @@ class _Parser(argparse.ArgumentParser):
         self.register("action", None, _StoreOnce)
         self.register("action", "store", _StoreOnce)
 
+    def parse_args(self, args=None, namespace=None):
+        """argparse's, except that arguments no parser took are refused by the subcommand's parser
+        (its usage, not the top level's), each mistyped option with the closest it has."""
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            commands = getattr(self, "commands", {})
+            where = commands.get(getattr(parsed, "command", None), self)
+            options = [o for action in where._actions for o in action.option_strings if o.startswith("--")]
+            hints = [(name, close[0]) for name in (t.split("=")[0] for t in extra if t.startswith("-"))
+                     for close in [difflib.get_close_matches(name, options, n=1)] if close]
+            said = ("; ".join(f"{name}: did you mean {close}?" for name, close in hints) if len(hints) > 1 else
+                    "".join(f"did you mean {close}?" for _, close in hints))
+            where.error(f"unrecognized arguments: {' '.join(extra)}" + (f" ({said})" if said else ""))
+        return parsed
+
     def _print_message(self, message, file=None):
         """argparse's, except that a failed write of ``--help`` or ``--version`` to standard
         output (a full disk) is raised rather than passed over: the command exits 0 otherwise."""
@@ -642,6 +669,7 @@ def _parser() -> argparse.ArgumentParser:
                             "of Mahdavi, Liao & Thrampoulidis, ICLR 2024).")
     p.add_argument("--version", action="version", version=f"mha-construct {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
+    p.commands = sub.choices                     # name → the subcommand's parser (parse_args)
 
     b = sub.add_parser("build", help="construct weights that memorize a dataset",
                        description="Construct weights that memorize DATA (or a synthetic problem). With no "

@@ -29,6 +29,9 @@ from .limits import as_float64, finite_examples, flag, integer, real_array, requ
 
 NAMES = ("digits", "tokens")
 
+# The images in scikit-learn's digits dataset.
+DIGITS = 1797
+
 
 def digits(count: int = 301, *, patch: int = 4, positional: bool = True, query: str = "mean") -> Dataset:
     """The first ``count`` of scikit-learn's 1,797 digits as patch tokens (module docstring).
@@ -58,6 +61,7 @@ def digits(count: int = 301, *, patch: int = 4, positional: bool = True, query: 
         raise InputError("the digits dataset needs scikit-learn: pip install 'mha-construct[data]'",
                          what="missing library") from None
     images, labels = load_digits(return_X_y=True)
+    assert len(images) == DIGITS, f"scikit-learn's digits have {len(images)} images, not {DIGITS}"
     if count > len(images):
         raise InputError(f"count must be at most {len(images)} (the digits there are), got {count}", what="invalid option")
     g = 8 // patch

@@ -653,7 +653,9 @@ def load_npz(path: str | os.PathLike, *, what: str, allowed, other: tuple[str, C
             problems.append(f"{str(path)!r} holds the same array name twice")
         names = [i.filename[:-4] for i in infos if i.filename.endswith(".npy")]
         if problems and other is not None and names and all(other[1](k) for k in names):
-            problems.insert(0, f"{str(path)!r}: {other[0]}: were the files given the other way round?")
+            # Every member is the other kind's: naming each as unexpected adds nothing to this.
+            problems = [f"{str(path)!r}: {other[0]}: were the files given the other way round?",
+                        *(p for p in problems if not p.startswith("unexpected member"))]
         if problems:
             raise InputError(problems, what=f"{cannot} (nothing was inflated)")
         total = 0

@@ -193,6 +193,14 @@ def sealed(W_K, W_Q, W_V, W_O, W_D, skip: bool, bits: int | None, prelayer: str 
     return weights
 
 
+def not_weights(given, lead: str = "") -> InputError:
+    """The error for ``given`` where :class:`Weights` are expected; a build's result (or anything
+    holding its weights as ``.weights``) is pointed to them."""
+    hint = "; pass its .weights" if isinstance(getattr(given, "weights", None), Weights) else ""
+    return InputError(f"{lead}expected Weights (construct.as_weights), got {type(given).__name__}{hint}",
+                      what="invalid weights")
+
+
 def checked_weights(weights: Weights) -> Weights:
     """``weights`` if :func:`sealed` made them, else a validated copy (:func:`as_weights`).
 
@@ -200,8 +208,7 @@ def checked_weights(weights: Weights) -> Weights:
         InputError: as :func:`as_weights`; high-precision weights made by hand.
     """
     if not isinstance(weights, Weights):
-        raise InputError(f"expected Weights (construct.as_weights), got {type(weights).__name__}",
-                         what="invalid weights")
+        raise not_weights(weights)
     arrays = [getattr(weights, name) for name in _MATRICES]
     if weights.validated and not any(np.asarray(a).flags.writeable for a in arrays):
         return weights
@@ -614,8 +621,7 @@ def _check_inputs(E, X, weights: Weights) -> None:
     """Raise :class:`InputError` unless ``weights`` are :class:`Weights`, ``E`` is (T, n, d) and
     ``X`` (T, d) with the weights' ``d``, and ``n ≥ 1``."""
     if not isinstance(weights, Weights):
-        raise InputError(f"weights: expected Weights (construct.as_weights), got {type(weights).__name__}",
-                         what="invalid weights")
+        raise not_weights(weights, "weights: ")
     d = weights.d
     problems = input_shape_problems(E, X, d)
     if problems:

@@ -226,3 +226,14 @@ def test_build_without_heads_takes_the_fewest_that_suffice():
     assert build(data).weights.H == heads_needed(13, 4) == 4
     assert build(data, head_dim=3).weights.H == heads_needed(13, 3) == 6
     assert build(data, 5).weights.H == 5
+
+
+def test_a_build_result_given_for_weights_is_pointed_to_its_weights():
+    # A new user's trial: verify(result, data) said only "expected Weights, got BuildResult".
+    from construct.certify import certify
+    data = synthetic("independent", T=7, n=3, d=4, seed=0)
+    result = build(data, 3)
+    for call in (lambda: verify(result, data), lambda: certify(result, data),
+                 lambda: forward(data.E, data.X, result)):
+        with pytest.raises(InputError, match=r"BuildResult.*\.weights"):
+            call()

@@ -458,6 +458,7 @@ def test_weights_and_data_given_the_other_way_round_are_named_as_such(tmp_path, 
         code, _, err = run(argv, capsys)
         assert code == 2 and "looks like a dataset (E, X, Y), not weights" in err, err
         assert "the other way round" in err and not (tmp_path / "w.st").exists()
+        assert "unexpected member" not in err, err     # (each array of the other kind: noise beside it)
     code, _, err = run(["verify", weights, weights], capsys)          # weights where the data belongs
     assert code == 2 and "looks like weights, not a dataset" in err, err
 
@@ -818,3 +819,42 @@ def test_a_synthetic_build_too_large_is_refused_before_its_data_is_drawn(tmp_pat
     assert code == 2, err
     assert "request too large" in err and "a build of T = 281 examples" in err and "H = 40 heads" in err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("text, beyond", [("1e-400", "rounds to 0"), ("-1e-400", "rounds to 0"),
+                                          ("1e400", "rounds to inf"), ("0.000000001e-399", "rounds to 0")])
+def test_a_tolerance_beyond_float64_is_named_as_typed(tmp_path, capsys, text, beyond):
+    # A new user's trial: --tol 1e-400 was refused as "got 0.0", what float() made of it.
+    with pytest.raises(SystemExit) as exc:
+        main(["build", "--out", str(tmp_path / "o"), f"--tol={text}"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "argument --tol:" in err and repr(text) in err and beyond in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_too_many_digits_names_the_examples_option(tmp_path, capsys):
+    # A new user's trial: --dataset digits --examples 5000 was refused as "count must be at most
+    # 1797", the Python keyword's name.
+    pytest.importorskip("sklearn")
+    code, _, err = run(["build", "--dataset", "digits", "--examples", "5000", "--out", tmp_path / "o"], capsys)
+    assert code == 2 and "--examples 5000" in err and "1797" in err and "count" not in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_mistyped_option_is_named_with_its_command_s_usage_and_a_suggestion(tmp_path, capsys):
+    # A new user's trial: `build --hedas 7` printed the top-level usage and no hint.
+    with pytest.raises(SystemExit) as exc:
+        main(["build", "--out", str(tmp_path / "o"), "--hedas", "7"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "usage: mha-construct build" in err, err
+    assert "unrecognized arguments: --hedas" in err and "did you mean --heads?" in err, err   # (7: the data)
+    with pytest.raises(SystemExit) as exc:
+        main(["verify", "w.npz", "d.npz", "--jsno"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "usage: mha-construct verify" in err and "did you mean --json?" in err, err
+    with pytest.raises(SystemExit):
+        main(["verify", "w.npz", "d.npz", "extra.npz"])
+    err = capsys.readouterr().err
+    assert "usage: mha-construct verify" in err and "unrecognized arguments: extra.npz" in err, err
+    assert "did you mean" not in err
+    assert not (tmp_path / "o").exists()

@@ -126,3 +126,18 @@ def test_type_checkers_see_the_signatures_of_the_decorated_functions(tmp_path):
     assert 'Revealed type is "construct.certify.Certificate"' in out, out
     assert 'user.py:8: error: Argument "heads" to "build"' in out, out
     assert "user.py:9:" not in out, out                       # a number of bits, as documented
+
+
+def test_the_documented_dotted_names_work_after_a_plain_import():
+    # A new user's trial: the docs write construct.datasets.digits(...), construct.export.evaluate
+    # and construct.torch_model.to_torch, and after `import construct` each was an AttributeError.
+    code = ("import construct, sys\n"
+            "assert 'construct.datasets' not in sys.modules\n"
+            "assert callable(construct.datasets.digits) and callable(construct.export.evaluate)\n"
+            "assert callable(construct.certify.certify) and callable(construct.baselines.gradient_descent)\n"
+            "assert callable(construct.sweeps.sweep)\n"
+            "assert 'datasets' in dir(construct)\n"
+            "try:\n    construct.no_such_module\nexcept AttributeError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1])
+    assert out.returncode == 0, out.stderr
+    assert "has no attribute 'no_such_module'" in out.stdout
