@@ -128,8 +128,9 @@ def built() -> dict:
 CHILD = """
 import json
 from tests.test_same_weights import AVX512_TARGETS, blas, built, simd
-features, _ = simd()
-print(json.dumps({"blas": blas(), "avx512": [t for t in AVX512_TARGETS if features.get(t)], "builds": built()}))
+features, dispatched = simd()
+print(json.dumps({"blas": blas(), "avx512": [t for t in AVX512_TARGETS if t in dispatched and features.get(t)],
+                  "builds": built()}))
 """
 
 
