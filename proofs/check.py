@@ -13,8 +13,8 @@ Numerical conventions, shared by every check:
   target *relative to the target* (:func:`target_error`), plus what :func:`logit_radius`
   allows: the forward-error bound ``η`` of evaluating the logits ``E W_K W_Q^T x`` through their
   factors in float64, entry by entry (with a scale ``c`` in ``W_K`` it holds the rank-one term's
-  rounding; with ill-conditioned queries, the cancellation inside ``W_K W_Q^T``). Logits each within ``η`` change every probability by a factor within
-  ``e^{±2η}`` (:func:`target_tol`). Relative, because an absolute tolerance cannot see a small
+  rounding; with ill-conditioned queries, the cancellation inside ``W_K W_Q^T``). Logits each
+  within ``η`` change every probability by a factor within ``e^{±2η}`` (:func:`target_tol`). Relative, because an absolute tolerance cannot see a small
   target: ``10^-12`` fitted as ``10^-11`` is off by ``9·10^-12``. A fit within a tolerance above
   :data:`CONFIRM_TOL` is undecided (31% allowed a fit 1% off to be called exact); one beyond it
   is refuted; at a tolerance of 1 or more, neither.
@@ -32,6 +32,7 @@ import numpy as np
 from construct.arith import EPS, for_bits, numerical_rank, rank_tol
 from construct.arith.threads import blas_limit
 from construct.data import checked
+from construct.enclose import gamma, up
 from construct.errors import InputError
 from construct.limits import integer
 from construct.model import feature_matrix, layer_inputs
@@ -82,24 +83,23 @@ def features_rank(data, weights) -> tuple[np.ndarray, int, np.ndarray]:
     return Z, rank, s
 
 
-def logit_radius(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray, eps: float = EPS) -> np.ndarray:
+def logit_radius(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray) -> np.ndarray:
     """How far float64 logits ``e_i^T W_K W_Q^T x`` of contexts ``E`` (T, n, d) and queries ``X``
     (T, d) may be from exact, per example (the largest over its tokens), shape (T,).
 
     The product of four factors, grouped in any way, is within ``γ_k |e_i|^T |W_K| |W_Q|^T |x|``
-    of exact with ``k = 2d + d_h`` (the three sums it takes; ``γ_k = ku/(1 − ku)``, ``u = ε/2``),
-    entry by entry: the rounding of each logit at its own scale, where the norms'
+    of exact with ``k = 2d + d_h`` (the three sums it takes; :func:`construct.enclose.gamma`), away
+    from underflow, entry by entry: the rounding of each logit at its own scale, where the norms'
     ``k ε ‖E‖ ‖W_K‖ ‖W_Q‖ ‖x‖`` (:func:`construct.policy.logit_rounding`) take the whole
     context's and the largest direction's. With a saturation scale ``c`` in ``W_K`` it holds the
     rank-one term's rounding; with nearly dependent queries, the cancellation inside ``W_K W_Q^T``.
     """
     if not E.size or not W_K.size:
         return np.zeros(E.shape[0])
-    k = 2 * E.shape[-1] + W_K.shape[1]
-    gamma = k * eps / 2 / (1 - k * eps / 2)
     with np.errstate(over="ignore", invalid="ignore"):
         size = np.einsum("tid,td->ti", np.abs(E), (np.abs(X) @ np.abs(W_Q)) @ np.abs(W_K).T)
-        radius = gamma * size.max(axis=1, initial=0.0)
+        k = 2 * E.shape[-1] + W_K.shape[1]
+        radius = up(gamma(k) * size.max(axis=1, initial=0.0), k)       # past the bound's own rounding
     return np.where(np.isnan(radius), np.inf, radius)
 
 

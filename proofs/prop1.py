@@ -119,8 +119,8 @@ def _feature_motion(E: np.ndarray, X: np.ndarray, weights, heads: int) -> np.nda
     this one's. Logits within ``η`` of exact (:func:`proofs.check.logit_radius`, per example)
     move the attention by a factor within ``e^{±2η}``, so a feature ``Σ_i s_i e_ij`` by
     ``(e^{2η} − 1) max_i |e_ij|``, and the sum and the quotient add ``(2n + 4) ε`` of it
-    (:func:`proofs.check.features_rounding`); twice, for two evaluations. Where the logits are large (head 1 fitting nearly equal queries
-    has weights of 1e10) this is far above ε.
+    (:func:`proofs.check.features_rounding`); twice, for two evaluations. Where the logits are
+    large (head 1 fitting nearly equal queries has weights of 1e10) this is far above ε.
     """
     n = E.shape[1]
     largest = np.abs(E).max(axis=1)                                   # (T, d): max_i |e_ij|
