@@ -56,7 +56,7 @@ def _stage(name: str, folder: Path, kind: str, H: int, n: int, d: int) -> dict:
         t = time.perf_counter()
         if name == "verify":
             v = verify(weights, data)
-            out.update(max_abs_error=v.max_abs_error, rank=v.rank_Z, passed=v.passed)
+            out.update(max_abs_error=v.max_abs_error, rank=v.rank_Z, passed=v.passed, outputs=v.outputs)
         elif name == "certify":
             c = certify(weights, data)
             out["proven"] = [k for k in ("rank", "memorization", "classification")
@@ -111,7 +111,7 @@ def main() -> None:
     print(f"n = {n}, d = {d}; each stage a fresh process, best of {args.repeat}; floor = one forward pass + one QR of Z; "
           "memory = peak RSS added / size of Z")
     print(f"{'kind':<12}{'H':>4}{'T':>7}{'Z GB':>7}{'floor s':>9}  {'build':>20}  {'verify':>20}  {'certify':>20}"
-          f"  {'max err':>9}  proven by certify  [build's arithmetic]")
+          f"  {'max err':>9}  proven by certify  [build's arithmetic; verify's outputs]")
     for kind in args.kind:
         for H in args.heads:
             T = H * (n - 1) + 1
@@ -129,7 +129,7 @@ def main() -> None:
             proven = (", ".join(c["proven"]) or "nothing") + f" (error bound {c['error_bound']})"
             print(f"{kind:<12}{H:>4}{T:>7}{z_bytes / 1e9:>7.2f}{f['seconds']:>9.1f}  "
                   f"{cell(b):>20}  {cell(v):>20}  {cell(c):>20}  {v['max_abs_error']:>9.2e}  {proven}"
-                  f"  [{b['precision']}]", flush=True)
+                  f"  [{b['precision']}; {v['outputs']}]", flush=True)
 
 
 if __name__ == "__main__":
