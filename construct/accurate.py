@@ -20,8 +20,8 @@ by far more. Two tools, for float64 weights:
   ``E ((W_K W_Q^T) x)``, instead of ``E (W_K (W_Q^T x))``; the values folded before the
   softmax); where the two float64 evaluations differ by more than a fraction of the tolerance,
   float64 cannot tell whether the labels hold; so too where rounding the logits alone (by
-  ``u·|ℓ|``, which both orders do) could, at worst, move an output by the tolerance. The cost is one more
-  forward pass. It is a detector, not a bound: the certificate is what proves.
+  ``u·|ℓ|``, which both orders do) could, at worst, move an output by the tolerance. The cost is
+  one more forward pass. It is a detector, not a bound: the certificate is what proves.
 - :func:`outputs`: then the outputs in double words (:func:`construct.dword.outputs`), within
   about ``u²·cond`` of the exact model: what ``verify`` reports, and the residual the build
   refines its readout against (iterative refinement, the residual computed in double words, the
@@ -72,7 +72,8 @@ def _reordered(weights: Weights, E, X, ar: Arithmetic = FLOAT64):
         s = np.exp(logits - logits.max(axis=1, keepdims=True))
         total = s.sum(axis=1, keepdims=True)
         out += (s @ values) / total
-        half_range = np.max(values.max(axis=0, initial=-np.inf) - values.min(axis=0, initial=np.inf), initial=0.0) / 2
+        spread = values.max(axis=0, initial=-np.inf) - values.min(axis=0, initial=np.inf)   # (d_o,)
+        half_range = np.max(spread, initial=0.0) / 2
         moved += _moved(np, np.max(np.abs(logits), axis=1), 1 / total[:, 0], half_range)
     return out, moved
 

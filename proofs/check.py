@@ -14,10 +14,11 @@ Numerical conventions, shared by every check:
   allows: the forward-error bound ``η`` of evaluating the logits ``E W_K W_Q^T x`` through their
   factors in float64, entry by entry (with a scale ``c`` in ``W_K`` it holds the rank-one term's
   rounding; with ill-conditioned queries, the cancellation inside ``W_K W_Q^T``). Logits each
-  within ``η`` change every probability by a factor within ``e^{±2η}`` (:func:`target_tol`). Relative, because an absolute tolerance cannot see a small
-  target: ``10^-12`` fitted as ``10^-11`` is off by ``9·10^-12``. A fit within a tolerance above
-  :data:`CONFIRM_TOL` is undecided (31% allowed a fit 1% off to be called exact); one beyond it
-  is refuted; at a tolerance of 1 or more, neither.
+  within ``η`` change every probability by a factor within ``e^{±2η}`` (:func:`target_tol`).
+  Relative, because an absolute tolerance cannot see a small target: ``10^-12`` fitted as
+  ``10^-11`` is off by ``9·10^-12``. A fit within a tolerance above :data:`CONFIRM_TOL` is
+  undecided (31% allowed a fit 1% off to be called exact); one beyond it is refuted; at a
+  tolerance of 1 or more, neither.
 - Fitted labels: :func:`construct.verify`'s tolerance, relative to the labels' scale.
 """
 

@@ -18,7 +18,8 @@ from construct.model import feature_matrix
 from construct.limits import integer
 from construct.partition import partition
 
-from .check import Check, logit_radius, features_rank, layer_data, machine_limit, one_blas_thread, options, traced_head
+from .check import (Check, features_rank, layer_data, logit_radius, machine_limit, one_blas_thread, options,
+                    traced_head)
 
 STATEMENT = "Proposition 1"
 
@@ -89,7 +90,7 @@ def check_step(result: BuildResult, head: int) -> Check:
     Z_A, Z_S = Z1[:S.start], Z1[S.start:S.stop]
     C_ref = Z_S @ np.linalg.pinv(Z_A)
     C_err = float(np.linalg.norm(tr.C - C_ref, 2))
-    C_tol = _reduction_tol(tr.C, C_ref, Z_A, Z_S, _feature_motion(E[:S.stop], X[:S.stop], result.weights, head - 1))
+    C_tol = _reduction_tol(C_ref, Z_A, Z_S, _feature_motion(E[:S.stop], X[:S.stop], result.weights, head - 1))
     Z_bar = E[np.arange(S.start), tr.j_star]
     F_ref = tr.C @ Z_bar
     F_err = float(np.abs(tr.F - F_ref).max())
@@ -133,7 +134,7 @@ def _feature_motion(E: np.ndarray, X: np.ndarray, weights, heads: int) -> np.nda
     return np.concatenate(motion, axis=1)
 
 
-def _reduction_tol(C: np.ndarray, C_ref: np.ndarray, Z_A: np.ndarray, Z_S: np.ndarray, motion: np.ndarray) -> float:
+def _reduction_tol(C_ref: np.ndarray, Z_A: np.ndarray, Z_S: np.ndarray, motion: np.ndarray) -> float:
     """The tolerance on ``‖C − Z'_S (Z'_A)^+‖_2``: the least-squares solve's own rounding
     (:data:`ROW_REDUCTION_RTOL` of ``‖C‖``), plus what features moved by at most ``motion`` per
     entry move it. For ``Z'_A`` of full row rank with smallest singular value ``σ`` and ``ΔZ`` no
