@@ -623,13 +623,13 @@ def _gram_rank_claim(Z: np.ndarray, rad_norm: float) -> dict:
 
 def _residual_rank_claim(Z: np.ndarray, Z_rad: np.ndarray, T: int) -> dict:
     """Bounds behind ``rank Z = T`` for every ``Z`` within ``Z_rad`` of the float64 ``Z``: the
-    residual of an approximate right inverse ``X`` (Cholesky of ``Z Z^T``, or the pseudo-inverse
-    where that breaks down) and, from it, a lower bound on ``σ_min(Z)`` (module docstring;
-    :func:`_residual_norms`). The Cholesky route's ``X`` leaves a residual of about ``u·cond(Z)²``,
-    so the rank is proven up to a condition number near ``1/√u`` and again beyond where Cholesky
-    breaks down (the pseudo-inverse leaves about ``u·cond(Z)``), but not between (near 1e8, where
-    the Gram route has long stopped), at several times the Gram route's cost and memory (``X`` and
-    ``I − ZX`` beside ``Z`` and ``Z_rad``; the pseudo-inverse takes about 3.5 times ``Z`` more).
+    residual of an approximate right inverse ``X`` and, from it, a lower bound on ``σ_min(Z)``
+    (module docstring; :func:`_residual_norms`). ``X`` comes from the Cholesky factor of
+    ``Z Z^T``, which leaves a residual of about ``u·cond(Z)²`` and so proves the rank up to a
+    condition number near ``1/√u``; where it does not (or Cholesky breaks down), from the
+    pseudo-inverse, which leaves about ``u·cond(Z)``, at the cost of an SVD. Several times the
+    Gram route's cost and memory (``X`` and ``I − ZX`` beside ``Z`` and ``Z_rad``; the
+    pseudo-inverse takes about 3.5 times ``Z`` more).
     """
     F = Z.shape[1]
     if F < T or not (np.isfinite(Z).all() and np.isfinite(Z_rad).all()):
@@ -637,7 +637,20 @@ def _residual_rank_claim(Z: np.ndarray, Z_rad: np.ndarray, T: int) -> dict:
     # Beyond what the start counted: X and I − ZX beside Z, and the Cholesky route's two T × T
     # matrices (lapack.right_inverse checks again before a pseudo-inverse).
     require_memory(8 * (Z.size + 3 * T * T), f"the rank of T = {T} examples by a right inverse of Z")
-    Xr = lapack.right_inverse(Z)
+    Xr, how = lapack.right_inverse(Z)
+    out = _right_inverse_claim(Z, Z_rad, Xr)
+    if "sigma_min_lower_bound" not in out and how == "cholesky":
+        # Cholesky did not break down, but its residual (about u·cond(Z)²) leaves the rank open:
+        # near cond 1e8 the pseudo-inverse's (about u·cond(Z)) proves it.
+        del Xr
+        again = _right_inverse_claim(Z, Z_rad, lapack.right_inverse(Z, pseudo=True)[0])
+        if "sigma_min_lower_bound" in again:
+            out = again
+    return out
+
+
+def _right_inverse_claim(Z: np.ndarray, Z_rad: np.ndarray, Xr: np.ndarray) -> dict:
+    """:func:`_residual_rank_claim` for the approximate right inverse ``Xr`` (overwritten)."""
     if not np.all(np.isfinite(Xr)):
         return {"residual_inf_norm_bound": None}
     r_inf, r_one = _residual_norms(Z, Z_rad, Xr)

@@ -428,26 +428,31 @@ def shifted_cholesky(G: np.ndarray, diagonal: np.ndarray, shift: float) -> bool:
     return info == 0 and bool(np.all(np.isfinite(np.diagonal(G))))
 
 
-def right_inverse(Z: np.ndarray) -> np.ndarray:
-    """An approximate right inverse ``X`` of ``Z`` (T, F), ``F ≥ T``: ``Z^T (Z Z^T)^{-1}`` by
-    Cholesky, or the pseudo-inverse when that fails (only its residual matters to the caller).
+def right_inverse(Z: np.ndarray, pseudo: bool = False) -> tuple[np.ndarray, str]:
+    """An approximate right inverse ``X`` of ``Z`` (T, F), ``F ≥ T``, and how it was formed:
+    ``Z^T (Z Z^T)^{-1}`` by Cholesky (``"cholesky"``), or the pseudo-inverse (``"pinv"``) when
+    that fails or ``pseudo`` asks for it (only its residual matters to the caller).
 
-    By Cholesky, two T × T matrices at a time besides ``Z`` and ``X`` (the pseudo-inverse takes
-    about 3.5 times ``Z``): the factor overwrites ``Z Z^T`` (exactly symmetric: NumPy forms it by
-    ``syrk``, so its transpose, in Fortran order, is the same matrix; otherwise a Fortran copy)
-    and the inverse overwrites the identity; the same roundings as factoring and solving copies.
+    Cholesky's leaves ``I − ZX`` at about ``u·cond(Z)²``, the pseudo-inverse's at about
+    ``u·cond(Z)``, at the cost of an SVD. By Cholesky, two T × T matrices at a time besides ``Z``
+    and ``X`` (the pseudo-inverse takes about 3.5 times ``Z``): the factor overwrites ``Z Z^T``
+    (exactly symmetric: NumPy forms it by ``syrk``, so its transpose, in Fortran order, is the
+    same matrix; otherwise a Fortran copy) and the inverse overwrites the identity; the same
+    roundings as factoring and solving copies.
     """
     T = Z.shape[0]
-    try:
-        G = (Z @ Z.T).T
-        if not np.array_equal(G, G.T):             # a BLAS that does not mirror: LAPACK's copy
-            G = np.asfortranarray(G.T)
-        factor = sla.cho_factor(G, overwrite_a=True, check_finite=False)
-        del G
-        inverse = sla.cho_solve(factor, np.eye(T, order="F"), overwrite_b=True, check_finite=False)
-        del factor
-        return Z.T @ inverse
-    except (np.linalg.LinAlgError, ValueError):
-        from ..limits import require_memory
-        require_memory(8 * 3.5 * Z.size, f"a pseudo-inverse of Z ({T} × {Z.shape[1]}) for its right inverse")
-        return np.linalg.pinv(Z)
+    if not pseudo:
+        try:
+            G = (Z @ Z.T).T
+            if not np.array_equal(G, G.T):             # a BLAS that does not mirror: LAPACK's copy
+                G = np.asfortranarray(G.T)
+            factor = sla.cho_factor(G, overwrite_a=True, check_finite=False)
+            del G
+            inverse = sla.cho_solve(factor, np.eye(T, order="F"), overwrite_b=True, check_finite=False)
+            del factor
+            return Z.T @ inverse, "cholesky"
+        except (np.linalg.LinAlgError, ValueError):
+            pass
+    from ..limits import require_memory
+    require_memory(8 * 3.5 * Z.size, f"a pseudo-inverse of Z ({T} × {Z.shape[1]}) for its right inverse")
+    return np.linalg.pinv(Z), "pinv"
