@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .arith import FLOAT64
 from .errors import InputError, numpy_error_defaults
 from .io import as_path
 from .limits import library
@@ -471,14 +472,16 @@ def representable(w: Weights, dtype: np.dtype, advice: str) -> dict[str, np.ndar
             the message.
     """
     name_of = f"{dtype}"
-    with np.errstate(over="ignore", under="ignore"):   # beyond or below the range: refused below, by name
-        arrays = {name: np.ascontiguousarray(w.arrays()[name], dtype=dtype) for name in _NAMES}
+    nearest = {name: FLOAT64.to_host(getattr(w, name)) for name in _NAMES}     # float64's nearest values
     if dtype == np.float64:
-        return arrays
+        return {name: np.array(a, order="C") for name, a in nearest.items()}         # copies
+    with np.errstate(over="ignore", under="ignore"):   # beyond or below the range: refused below, by name
+        arrays = {name: _rounded_once(getattr(w, name), nearest[name], dtype) if w.bits is not None
+                  else np.ascontiguousarray(nearest[name], dtype=dtype) for name in _NAMES}
     info = np.finfo(dtype)
     beyond = []
     for name, a in arrays.items():
-        exact = np.asarray(w.arrays()[name], dtype=np.float64)
+        exact = nearest[name]
         if not np.all(np.isfinite(a)):
             beyond.append(f"{name}: values up to {float(np.abs(exact).max()):.3g} exceed {name_of}'s range "
                           f"({float(info.max):.3g})")
@@ -492,6 +495,27 @@ def representable(w: Weights, dtype: np.dtype, advice: str) -> dict[str, np.ndar
     if beyond:
         raise InputError(beyond + [advice], what=f"weights not representable in {name_of}", counted=False)
     return arrays
+
+
+def _rounded_once(exact: np.ndarray, nearest: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """High-precision values ``exact`` (mpmath numbers) rounded to ``dtype`` (narrower than
+    float64) once, to nearest, ties to even, as contiguous arrays; ``nearest`` their float64
+    values.
+
+    Rounding to float64 first and then to ``dtype`` is wrong only where the float64 value lies
+    exactly halfway between two neighbours in ``dtype`` and the exact value does not: float64
+    holds every such midpoint, so its rounding can land on one but not cross it. There the
+    neighbour on the exact value's side is taken.
+    """
+    out = np.ascontiguousarray(nearest, dtype=dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        back = out.astype(np.float64)
+        other = np.nextafter(out, np.where(nearest > back, np.inf, -np.inf).astype(dtype))   # toward the value
+        halfway = (back != nearest) & np.isfinite(back) & (back + other.astype(np.float64) == 2 * nearest)
+    for i in zip(*np.nonzero(halfway)):            # mpmath compares exactly
+        if exact[i] != nearest[i]:
+            out[i] = max(out[i], other[i]) if exact[i] > nearest[i] else min(out[i], other[i])
+    return out
 
 
 def _importable(name: str) -> bool:

@@ -94,7 +94,8 @@ class MemorizingAttention(nn.Module):
 
 
 def to_torch(weights: Weights, dtype: torch.dtype = torch.float64) -> MemorizingAttention:
-    """The module holding ``weights`` (float64 values; high-precision weights are rounded to them).
+    """The module holding ``weights`` in ``dtype`` (high-precision weights rounded to it once; to
+    bfloat16 through float64).
 
     Raises:
         InputError: ``dtype`` is not one of :data:`DTYPES`, or the weights' values leave its range
@@ -103,15 +104,19 @@ def to_torch(weights: Weights, dtype: torch.dtype = torch.float64) -> Memorizing
     if not (isinstance(dtype, torch.dtype) and dtype in DTYPES):
         raise InputError(f"dtype: expected {_dtype_names()}, got {dtype!r}"[:200], what="invalid option")
     w = checked_weights(weights)
-    if dtype != torch.float64:                  # refused where the values do not fit, never inf or 0
-        from .export import representable
-        kin = {torch.float16: np.float16}.get(dtype, np.float32)          # bfloat16: float32's range
-        representable(w, np.dtype(kin), f"use torch.float64, or build from rescaled data (dtype {dtype})")
+    from .export import representable
+    # refused where the values do not fit, never inf or 0; float16 and float32 rounded once from
+    # high-precision weights (bfloat16, which NumPy lacks: checked at float32's range, copied
+    # from float64)
+    kin = {torch.float16: np.float16, torch.float32: np.float32}.get(dtype, np.float64)
+    values = representable(w, np.dtype(kin), f"use torch.float64, or build from rescaled data (dtype {dtype})")
+    if dtype == torch.bfloat16:
+        representable(w, np.dtype(np.float32), f"use torch.float64, or build from rescaled data (dtype {dtype})")
     module = MemorizingAttention(w.H, w.d, w.d_h, w.d_v, w.d_o, w.skip, dtype=dtype,
                                  mean_shift=w.prelayer == "mean-shift")
     with torch.no_grad():
         for name in _NAMES:
-            getattr(module, name).copy_(torch.tensor(np.asarray(w.arrays()[name], dtype=np.float64)))
+            getattr(module, name).copy_(torch.tensor(values[name]))
     return module
 
 

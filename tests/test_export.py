@@ -5,9 +5,10 @@ import subprocess
 import sys
 import textwrap
 
+import mpmath
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from construct import InputError, build, synthetic
 from construct.cli import main
@@ -357,6 +358,95 @@ def test_a_float32_export_refuses_weights_that_would_become_zero():
     for fmt in FORMATS:
         with pytest.raises(InputError, match=r"W_K: .* below float32's range"):
             export_bytes(w, fmt, dtype="float32")
+
+
+def _near_a_midpoint(tmp_path, midpoint: float, above: bool) -> Weights:
+    """High-precision (100-bit) weights whose ``W_D[0, 0]`` lies 1e-28 above (or below)
+    ``midpoint``, a value halfway between two neighbours of a narrower float type: its nearest
+    float64 is the midpoint itself."""
+    from decimal import Decimal, localcontext
+
+    from construct import load_weights
+    from construct.io import npz_bytes
+    arrays = build(synthetic("independent", T=7, n=3, d=5, seed=0), 3, precision=100).weights.arrays()
+    arrays["W_D_decimal"] = arrays["W_D_decimal"].copy()
+    arrays["W_D"] = arrays["W_D"].copy()
+    with localcontext(prec=60):
+        arrays["W_D_decimal"][0, 0] = str(Decimal(midpoint) + (1 if above else -1) * Decimal("1e-28"))
+    arrays["W_D"][0, 0] = midpoint
+    (tmp_path / "w.npz").write_bytes(npz_bytes(arrays))
+    return load_weights(tmp_path / "w.npz")
+
+
+@pytest.mark.parametrize("above", [True, False])
+def test_float32_exports_of_high_precision_weights_round_once(tmp_path, above):
+    # Found in review: the exports rounded high-precision weights to float64, then to float32. A
+    # value 1e-28 above the float32 midpoint 1 + 2^-24 has that midpoint as its float64, which
+    # float32 rounds to even: 1, where the value itself rounds to 1 + 2^-23.
+    from safetensors.numpy import load
+    w = _near_a_midpoint(tmp_path, 1 + 2.0 ** -24, above)
+    want = np.float32(1 + 2.0 ** -23) if above else np.float32(1.0)
+    assert load(export_bytes(w, "safetensors", dtype="float32"))["W_D"][0, 0] == want
+    onnx = pytest.importorskip("onnx")
+    held = {t.name: onnx.numpy_helper.to_array(t) for t in onnx_model(w, "float32").graph.initializer}
+    assert held["Wd"][0, 0] == want
+    assert to_torch(w, dtype=torch.float32).W_D[0, 0].item() == float(want)
+    # float16, a module's dtype: its midpoint 1 + 2^-11, between 1 and 1 + 2^-10
+    w = _near_a_midpoint(tmp_path, 1 + 2.0 ** -11, above)
+    assert to_torch(w, dtype=torch.float16).W_D[0, 0].item() == (1 + 2.0 ** -10 if above else 1.0)
+    # where the value is the midpoint itself, ties go to even, as NumPy's own rounding
+    assert (load(export_bytes(build(synthetic("independent", T=7, n=3, d=5, seed=0), 3, precision=100).weights,
+                              "safetensors", dtype="float32"))["W_D"] == np.eye(5, 1, dtype=np.float32)).all()
+
+
+def _nearest_in(dtype, x) -> float:
+    """The ``dtype`` value nearest the rational ``x`` (ties to even), by exact comparison among
+    the candidates around ``x``'s float64."""
+    from fractions import Fraction
+    a = np.array(float(x)).astype(dtype)
+    candidates = [a, np.nextafter(a, dtype(np.inf)), np.nextafter(a, dtype(-np.inf))]
+    finite = [c for c in candidates if np.isfinite(c)]
+    return min(finite, key=lambda c: (abs(Fraction(float(c)) - x),
+                                      int(np.array(c).view(np.uint32 if dtype == np.float32 else np.uint16)) & 1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from([np.float32, np.float16]), st.integers(0, 2**22 - 1), st.sampled_from([1, -1]),
+       st.integers(-165, 16), st.sampled_from([-1, 0, 1]), st.integers(56, 200), st.booleans())
+def test_rounding_once_is_the_nearest_value_of_the_narrower_type(dtype, k, sign, exponent, side, depth, midpoint):
+    # Against exact rationals: high-precision values at, just above and just below midpoints of
+    # float32 and float16, and off them, rounded by export._rounded_once, are the nearest values
+    # of the narrower type (below its normal range too).
+    from fractions import Fraction
+    bits = np.finfo(dtype).nmant + 1                         # a value in [1, 2) with bits + 1 bits
+    significand = 2 * (2 ** (bits - 1) + k % 2 ** (bits - 1)) + (1 if midpoint else 0)
+    base = sign * Fraction(significand, 2 ** bits) * Fraction(2) ** exponent
+    x = base + side * Fraction(1, 2 ** depth) * abs(base)
+    assume(abs(x) < float(np.finfo(dtype).max))               # in range (beyond: refused by name)
+    _rounds_once_to_the_nearest(dtype, x)
+
+
+def _rounds_once_to_the_nearest(dtype, x) -> None:
+    from construct.export import _rounded_once
+    with mpmath.workprec(400):
+        exact = np.array([mpmath.mpf(x.numerator) / x.denominator], dtype=object)
+        assert exact[0] * x.denominator == x.numerator                     # held exactly at 400 bits
+    with np.errstate(over="ignore", under="ignore"):
+        got = _rounded_once(exact, np.array([float(x)]), np.dtype(dtype))[0]
+        want = _nearest_in(dtype, x)
+    assert got == want and np.signbit(got) == np.signbit(want), (x, got, want)
+
+
+@pytest.mark.parametrize("dtype, smallest", [(np.float32, 2 ** -149), (np.float16, 2 ** -24)])
+def test_rounding_once_below_the_normal_range(dtype, smallest):
+    # The midpoint between 0 and the smallest subnormal, and one between two subnormals, each
+    # approached from both sides, of both signs.
+    from fractions import Fraction
+    for halves in (1, 3, 5):
+        for side in (-1, 0, 1):
+            for sign in (1, -1):
+                x = Fraction(smallest) * (Fraction(halves, 2) + side * Fraction(1, 2 ** 70))
+                _rounds_once_to_the_nearest(dtype, sign * x)
 
 
 def test_an_export_interrupted_while_it_is_checked_leaves_the_old_file(tmp_path, monkeypatch, capsys):
