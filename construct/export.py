@@ -505,13 +505,18 @@ def _rounded_once(exact: np.ndarray, nearest: np.ndarray, dtype: np.dtype) -> np
     Rounding to float64 first and then to ``dtype`` is wrong only where the float64 value lies
     exactly halfway between two neighbours in ``dtype`` and the exact value does not: float64
     holds every such midpoint, so its rounding can land on one but not cross it. There the
-    neighbour on the exact value's side is taken.
+    neighbour on the exact value's side is taken. The threshold of overflow (the largest value
+    plus half a unit in its last place) is such a midpoint too, between the largest value and
+    infinity.
     """
     out = np.ascontiguousarray(nearest, dtype=dtype)
+    top = np.finfo(dtype).max
+    threshold = float(top) + (float(top) - float(np.nextafter(top, top.dtype.type(0)))) / 2    # exact in float64
     with np.errstate(over="ignore", invalid="ignore"):
         back = out.astype(np.float64)
         other = np.nextafter(out, np.where(nearest > back, np.inf, -np.inf).astype(dtype))   # toward the value
-        halfway = (back != nearest) & np.isfinite(back) & (back + other.astype(np.float64) == 2 * nearest)
+        halfway = (back != nearest) & ((back + other.astype(np.float64) == 2 * nearest)
+                                       | (np.abs(nearest) == threshold))
     for i in zip(*np.nonzero(halfway)):            # mpmath compares exactly
         if exact[i] != nearest[i]:
             out[i] = max(out[i], other[i]) if exact[i] > nearest[i] else min(out[i], other[i])

@@ -707,9 +707,29 @@ def test_the_residual_route_proves_the_rank_between_choleskys_reach_and_the_pseu
     # seeds, 1e8 and 1e8.25 on almost none, 1e9 on all. The bound stays below the exact σ_min.
     Z = _conditioned(seed, 20, 60, decades)
     claim = certify_module._residual_rank_claim(Z, np.zeros_like(Z), 20)
-    assert "sigma_min_lower_bound" in claim, claim
-    with mpmath.workprec(300):
-        assert 0 < mpmath.mpf(claim["sigma_min_lower_bound"]) <= _exact_sigma_min(Z)
+    assert claim["residual_inf_norm_bound"] < 1, claim                  # the rank, proven
+    if "sigma_min_lower_bound" in claim:
+        with mpmath.workprec(300):
+            assert 0 < mpmath.mpf(claim["sigma_min_lower_bound"]) <= _exact_sigma_min(Z)
+
+
+def test_a_rank_that_choleskys_right_inverse_proves_takes_no_pseudo_inverse(monkeypatch):
+    # From review: the second try ran wherever Cholesky's residual left no σ_min bound, also where
+    # its ∞-norm below 1 had proven the rank, so certify (and --check of a certificate of the last
+    # release) ran out of memory for an SVD it did not need, or stated a σ_min the certificate
+    # had not. Two rows 2e-8 apart: Cholesky's ∞-norm 0.82 proves the rank, with no σ_min bound.
+    import construct.limits as limits
+    rng = np.random.default_rng(0)
+    Z = rng.standard_normal((100, 200))
+    Z[1] = Z[0] + 2e-8 * rng.standard_normal(200)
+    monkeypatch.setattr(limits, "available_memory", lambda: 1.05 * 8 * (Z.size + 3 * 100 * 100))
+    claim = certify_module._residual_rank_claim(Z, np.zeros_like(Z), 100)
+    assert 0.5 < claim["residual_inf_norm_bound"] < 1 and "sigma_min_lower_bound" not in claim, claim
+    # where Cholesky's leaves the rank open, the SVD's memory is asked for by name
+    Z = _conditioned(0, 20, 60, 8.25)
+    monkeypatch.setattr(limits, "available_memory", lambda: 1.05 * 8 * (Z.size + 3 * 20 * 20))
+    with pytest.raises(InputError, match=r"pseudo-inverse of Z \(20 × 60\) for its right inverse needs about"):
+        certify_module._residual_rank_claim(Z, np.zeros_like(Z), 20)
 
 
 def test_the_residual_route_proves_no_rank_that_is_not_there():
