@@ -8,34 +8,72 @@ the result with the model's own forward pass; ``verify`` re-checks weights again
 """
 
 import importlib as _importlib
+import sys as _sys
+import types as _types
+from typing import TYPE_CHECKING
 
 from ._version import __version__
-from .assumptions import check_assumptions, kruskal_rank
-from .build import BuildResult, HeadEvidence, build, capacity, heads_needed
-from .data import Dataset, as_dataset, load_dataset, synthetic
-from .errors import CapacityError, ConstructError, ConstructionError, InputError
-from .model import Weights, as_weights, feature_matrix, forward, load_weights, param_count
-from .teach import teach
-from .verify import Verification, verify
+
+# The package's names, loaded on first use: ``import construct`` (and the command line's start,
+# where Ctrl-C must find the command's own handler, not an import) stays free of NumPy and SciPy.
+_FROM = {
+    "check_assumptions": "assumptions", "kruskal_rank": "assumptions",
+    "BuildResult": "build", "HeadEvidence": "build", "build": "build", "capacity": "build",
+    "heads_needed": "build",
+    "Dataset": "data", "as_dataset": "data", "load_dataset": "data", "synthetic": "data",
+    "CapacityError": "errors", "ConstructError": "errors", "ConstructionError": "errors",
+    "InputError": "errors",
+    "Weights": "model", "as_weights": "model", "feature_matrix": "model", "forward": "model",
+    "load_weights": "model", "param_count": "model",
+    "teach": "teach",
+    "Verification": "verify", "verify": "verify",
+}
+
+if TYPE_CHECKING:                                # what a type checker sees: the names themselves
+    from .assumptions import check_assumptions, kruskal_rank
+    from .build import BuildResult, HeadEvidence, build, capacity, heads_needed
+    from .data import Dataset, as_dataset, load_dataset, synthetic
+    from .errors import CapacityError, ConstructError, ConstructionError, InputError
+    from .model import Weights, as_weights, feature_matrix, forward, load_weights, param_count
+    from .teach import teach
+    from .verify import Verification, verify
 
 __all__ = [
     "__version__", "BuildResult", "CapacityError", "ConstructError", "ConstructionError", "Dataset", "HeadEvidence",
-    "InputError", "Verification", "Weights", "as_dataset", "as_weights", "build", "capacity",
+    "InputError", "Verification", "Weights", "as_weights", "as_dataset", "build", "capacity",
     "check_assumptions", "feature_matrix", "forward", "heads_needed", "kruskal_rank", "load_dataset",
     "load_weights", "param_count", "synthetic", "teach", "verify",
 ]
 
-# Submodules not imported with the package (optional libraries, or their own import cost), loaded
-# on first use: ``construct.datasets.digits(...)`` works after a plain ``import construct``, as
-# the docs write it.
+# Submodules not named above (optional libraries, or their own import cost), loaded on first use
+# too: ``construct.datasets.digits(...)`` works after a plain ``import construct``, as the docs
+# write it.
 _ON_USE = ("baselines", "certify", "datasets", "export", "report", "sweeps", "torch_model")
 
 
 def __getattr__(name: str):
+    if name in _FROM:
+        value = getattr(_importlib.import_module(f"{__name__}.{_FROM[name]}"), name)
+        globals()[name] = value                  # found directly from now on
+        return value
     if name in _ON_USE:
         return _importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_ON_USE))
+    return sorted(set(globals()) | set(_FROM) | set(_ON_USE))
+
+
+class _Package(_types.ModuleType):
+    """The package's module: ``build``, ``verify`` and ``teach`` name both a function and the
+    submodule that defines it. Importing such a submodule sets the package's attribute to the
+    module; the function keeps the name, as it did when the package imported it at once."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if isinstance(value, _types.ModuleType) and _FROM.get(name) == name:
+            return
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package

@@ -911,6 +911,10 @@ def main(argv: list[str] | None = None) -> int:
     restore = _escape_what_stdout_cannot_encode()
     try:
         return _main(argv)
+    except KeyboardInterrupt as exc:         # before the command started: its imports, its options
+        stop = "terminated (SIGTERM)" if isinstance(exc, _Terminated) else "interrupted"
+        print(f"mha-construct: {stop}; nothing written", file=sys.stderr)
+        return 143 if isinstance(exc, _Terminated) else 130
     finally:
         try:
             restore()

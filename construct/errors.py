@@ -9,8 +9,6 @@ from __future__ import annotations
 import functools
 from typing import Callable, ParamSpec, TypeVar
 
-import numpy as np
-
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
@@ -79,6 +77,7 @@ def numpy_error_defaults(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     own ``np.errstate`` blocks hold in the functions they call."""
     @functools.wraps(fn)
     def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        import numpy as np                  # here: the command line's start imports this module
         state = {kind: ("warn" if mode in ("raise", "call", "log") else mode)
                  for kind, mode in np.geterr().items()}
         with np.errstate(**{**state, "under": "ignore"}):

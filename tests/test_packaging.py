@@ -128,6 +128,26 @@ def test_type_checkers_see_the_signatures_of_the_decorated_functions(tmp_path):
     assert "user.py:9:" not in out, out                       # a number of bits, as documented
 
 
+def test_the_package_loads_its_names_on_first_use_and_keeps_the_functions():
+    # `import construct` (and the command line's start) no longer imports NumPy and SciPy; each
+    # name loads its module on first use. build, verify and teach name both a function and its
+    # module: importing the module first must not take the name from the function.
+    code = ("import sys, types\n"
+            "import construct\n"
+            "assert 'numpy' not in sys.modules and 'scipy' not in sys.modules\n"
+            "import construct.build, construct.teach\n"
+            "from construct.verify import Verification\n"
+            "for name in ('build', 'verify', 'teach'):\n"
+            "    f = getattr(construct, name)\n"
+            "    assert isinstance(f, types.FunctionType) and f.__module__ == 'construct.' + name, f\n"
+            "from construct import *\n"
+            "assert Verification is construct.Verification and callable(synthetic)\n"
+            "assert set(construct.__all__) <= set(dir(construct))\n"
+            "print(construct.build(construct.synthetic('independent', T=7, n=3, d=4), 3).verification.passed)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1])
+    assert out.returncode == 0 and out.stdout == "True\n", out.stderr
+
+
 def test_the_documented_dotted_names_work_after_a_plain_import():
     # A new user's trial: the docs write construct.datasets.digits(...), construct.export.evaluate
     # and construct.torch_model.to_torch, and after `import construct` each was an AttributeError.
