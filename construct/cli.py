@@ -159,6 +159,7 @@ def _build_into(args, out) -> dict:
         if problems:
             raise InputError(problems, what="invalid arguments")
         data = load_dataset(args.data)
+        _note_integer_targets(args.data)
         if (os.path.realpath(args.data) == os.path.join(os.path.realpath(args.out), "data.npz")
                 and Path(args.data).read_bytes() != data.to_bytes()):
             raise InputError(f"--out {str(args.out)!r} would replace the input {str(args.data)!r} with the dataset as "
@@ -381,6 +382,23 @@ def _report_of(report: Path, weights: Path) -> tuple[str | None, bool]:
     except (OSError, ValueError, AttributeError, RecursionError):
         return None, True
     return (sha256(payload), False) if described == sha256(weights.read_bytes()) else (None, True)
+
+
+def _note_integer_targets(path) -> None:
+    """A note on standard error where a data file's ``Y`` is one column of integers: class ids,
+    most likely, which the build memorizes as numbers on one output; ``labels`` makes them one-hot
+    targets (the file has been read and checked already)."""
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            Y = f["Y"] if "Y" in f.files else None
+    except (OSError, ValueError):
+        return
+    if Y is not None and Y.dtype.kind in "iu" and Y.ndim == 1:
+        print("mha-construct build: note: Y holds integers (T,): they are memorized as numbers, on one output; "
+              "class ids go in an array named 'labels' instead (one-hot targets, one output per class)",
+              file=sys.stderr)
 
 
 def _note_other_classes(command: str, weights: Path, data) -> None:

@@ -779,6 +779,19 @@ def test_build_does_not_rewrite_its_own_input_into_another_file(tmp_path, capsys
     assert code == 0, err                                      # build's own data.npz: rewritten as it is
 
 
+@pytest.mark.parametrize("dtype, noted", [(np.int64, True), (np.uint8, True), (np.float64, False)])
+def test_integer_targets_given_as_y_are_noted(tmp_path, capsys, dtype, noted):
+    # From a new user's trial: class ids saved as Y (T,) of integers are memorized as numbers, one
+    # output; nothing said that a classification dataset names them `labels` (one-hot targets).
+    data = synthetic("independent", T=9, n=3, d=4, seed=0)
+    np.savez(tmp_path / "d.npz", E=data.E, X=data.X, Y=(np.arange(9) % 3).astype(dtype))
+    assert main(["build", str(tmp_path / "d.npz"), "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    note = ("mha-construct build: note: Y holds integers (T,): they are memorized as numbers, on one output; "
+            "class ids go in an array named 'labels' instead (one-hot targets, one output per class)\n")
+    assert err == (note if noted else ""), err
+
+
 @pytest.mark.parametrize("command", ["verify", "certify", "export"])
 def test_class_ids_other_than_the_builds_are_noted(tmp_path, capsys, good, command):
     """The weights hold no class ids: output column j is the j-th class in sorted order. Labels
