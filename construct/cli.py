@@ -520,7 +520,8 @@ def _cmd_capacity(args) -> int:
     if odd:                                                               # before the sweep, not after
         raise InputError(f"--plot {', '.join(odd)}: a plot is written as .svg or .png", what="invalid option")
     if args.plot and importlib.util.find_spec("matplotlib") is None:     # before the sweep, not after
-        raise InputError("plots need matplotlib: pip install 'mha-construct[plot]'", what="missing library")
+        from .limits import missing_library
+        raise missing_library("plots need matplotlib", "plot")
     if args.vary != "n" and context > dim:            # the sweep's own message names n and d
         raise InputError(f"--context {context} exceeds --dim {dim}: contexts of n tokens in d "
                          "dimensions need n ≤ d (A2)", what="invalid option")

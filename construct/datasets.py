@@ -25,7 +25,7 @@ import numpy as np
 
 from .data import Dataset, as_dataset, sinusoidal_encoding
 from .errors import InputError
-from .limits import as_float64, finite_examples, flag, integer, real_array, require_memory
+from .limits import as_float64, finite_examples, flag, integer, missing_library, real_array, require_memory
 
 NAMES = ("digits", "tokens")
 
@@ -58,8 +58,7 @@ def digits(count: int = 301, *, patch: int = 4, positional: bool = True, query: 
     try:
         from sklearn.datasets import load_digits
     except ImportError:
-        raise InputError("the digits dataset needs scikit-learn: pip install 'mha-construct[data]'",
-                         what="missing library") from None
+        raise missing_library("the digits dataset needs scikit-learn", "data") from None
     images, labels = load_digits(return_X_y=True)
     assert len(images) == DIGITS, f"scikit-learn's digits have {len(images)} images, not {DIGITS}"
     if count > len(images):

@@ -31,7 +31,7 @@ import numpy as np
 from .arith import FLOAT64
 from .errors import InputError, numpy_error_defaults
 from .io import as_path
-from .limits import library
+from .limits import library, missing_library
 from .model import MATRICES as _NAMES
 from .model import PRELAYER_VERSION, Weights, as_weights, check_compatible, checked_weights
 
@@ -442,8 +442,7 @@ def export(weights: Weights, fmt: str, out: str | os.PathLike, *, dtype: str = "
     needed = ([fmt] if fmt in FORMATS else []) + (["onnxruntime"] if fmt == "onnx" and data is not None else [])
     missing = [m for m in needed if not _importable(m)]
     if missing:
-        raise InputError(f"the {fmt} format needs {', '.join(missing)}: pip install 'mha-construct[{fmt}]'",
-                         what="missing library")
+        raise missing_library(f"the {fmt} format needs {', '.join(missing)}", fmt)
     if data is not None:                             # refused before anything is written
         from .data import checked
         data = checked(data)

@@ -56,8 +56,16 @@ def library(module: str, extra: str):
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise InputError(f"this needs {module.split('.')[0]}: pip install 'mha-construct[{extra}]'",
-                         what="missing library") from None
+        raise missing_library(f"this needs {module.split('.')[0]}", extra) from None
+
+
+def missing_library(needs: str, extra: str) -> InputError:
+    """The error where an optional library is not installed: ``needs`` says what needs which
+    library, ``extra`` is the extra that installs it. The package is installed from its folder
+    (README), so the command given is the one that works there: ``pip install
+    'mha-construct[...]'`` would look for the name on the package index instead."""
+    return InputError(f"{needs}, in the [{extra}] extra: pip install '.[{extra}]' in the project's folder",
+                      what="missing library")
 
 
 def shape_of(value) -> tuple[int, ...] | None:

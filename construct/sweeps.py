@@ -37,7 +37,7 @@ import numpy as np
 
 from .arith import FLOAT64, numerical_rank
 from .errors import ConstructionError, InputError, numpy_error_defaults
-from .limits import callback, integer, require_memory
+from .limits import callback, integer, missing_library, require_memory
 from .model import Weights, capacity as bound_of, feature_matrix
 from .validate import memory_estimate
 
@@ -174,7 +174,7 @@ def plot_bytes(rows: list[dict], vary: str, suffix: str) -> bytes:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise InputError("plots need matplotlib: pip install 'mha-construct[plot]'", what="missing library") from None
+        raise missing_library("plots need matplotlib", "plot") from None
     # SVG text stays text (searchable, accessible); a fixed salt for the SVG's ids and no date:
     # the same rows give the same file.
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "mha-construct"}):

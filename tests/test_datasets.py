@@ -73,7 +73,7 @@ def test_without_scikit_learn_digits_name_the_extra(monkeypatch):
             raise ImportError(name)
         return real(name, *args, **kwargs)
     monkeypatch.setattr(builtins, "__import__", refuse)
-    with pytest.raises(InputError, match=r"pip install 'mha-construct\[data\]'"):
+    with pytest.raises(InputError, match=r"scikit-learn, in the \[data\] extra: pip install '\.\[data\]' in the project's folder"):
         datasets.digits(10)
 
 
