@@ -8,9 +8,11 @@ the result with the model's own forward pass; ``verify`` re-checks weights again
 """
 
 import importlib as _importlib
+import importlib.util as _importlib_util
+import pkgutil as _pkgutil
 import sys as _sys
 import types as _types
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ._version import __version__
 
@@ -29,7 +31,7 @@ _FROM = {
     "Verification": "verify", "verify": "verify",
 }
 
-if TYPE_CHECKING:                                # what a type checker sees: the names themselves
+if _TYPE_CHECKING:                               # what a type checker sees: the names themselves
     from .assumptions import check_assumptions, kruskal_rank
     from .build import BuildResult, HeadEvidence, build, capacity, heads_needed
     from .data import Dataset, as_dataset, load_dataset, synthetic
@@ -40,29 +42,29 @@ if TYPE_CHECKING:                                # what a type checker sees: the
 
 __all__ = [
     "__version__", "BuildResult", "CapacityError", "ConstructError", "ConstructionError", "Dataset", "HeadEvidence",
-    "InputError", "Verification", "Weights", "as_weights", "as_dataset", "build", "capacity",
+    "InputError", "Verification", "Weights", "as_dataset", "as_weights", "build", "capacity",
     "check_assumptions", "feature_matrix", "forward", "heads_needed", "kruskal_rank", "load_dataset",
     "load_weights", "param_count", "synthetic", "teach", "verify",
 ]
 
-# Submodules not named above (optional libraries, or their own import cost), loaded on first use
-# too: ``construct.datasets.digits(...)`` works after a plain ``import construct``, as the docs
-# write it.
-_ON_USE = ("baselines", "certify", "datasets", "export", "report", "sweeps", "torch_model")
+for _name in _FROM:                              # importlib.reload: the names load again
+    globals().pop(_name, None)
 
 
 def __getattr__(name: str):
+    """The names above, and every submodule (``construct.datasets.digits(...)``,
+    ``construct.arith.rank_tol``, as the docs write them), on first use."""
     if name in _FROM:
         value = getattr(_importlib.import_module(f"{__name__}.{_FROM[name]}"), name)
         globals()[name] = value                  # found directly from now on
         return value
-    if name in _ON_USE:
+    if "." not in name and not name.startswith("__") and _importlib_util.find_spec(f"{__name__}.{name}") is not None:
         return _importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_FROM) | set(_ON_USE))
+    return sorted(set(globals()) | set(_FROM) | {m.name for m in _pkgutil.iter_modules(__path__)})
 
 
 class _Package(_types.ModuleType):
@@ -71,8 +73,8 @@ class _Package(_types.ModuleType):
     module; the function keeps the name, as it did when the package imported it at once."""
 
     def __setattr__(self, name: str, value) -> None:
-        if isinstance(value, _types.ModuleType) and _FROM.get(name) == name:
-            return
+        if _FROM.get(name) == name and getattr(value, "__name__", None) == f"{__name__}.{name}":
+            return                               # the import system's, for the submodule
         super().__setattr__(name, value)
 
 

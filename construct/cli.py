@@ -928,13 +928,19 @@ class _Stdout:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mha-construct`` console script; returns the exit code."""
     restore = _escape_what_stdout_cannot_encode()
+    io = sys.modules.get(f"{__package__}.io")           # imported by an earlier command in this process
+    if io is not None:
+        io.published.clear()                  # what this command writes, named if it is interrupted
+    before = _stop_on_sigterm()
     try:
         return _main(argv)
-    except KeyboardInterrupt as exc:         # before the command started: its imports, its options
+    except KeyboardInterrupt as exc:         # outside the command: its imports and options, or its end
         stop = "terminated (SIGTERM)" if isinstance(exc, _Terminated) else "interrupted"
-        print(f"mha-construct: {stop}; nothing written", file=sys.stderr)
+        print(f"mha-construct: {stop}{_what_was_written(' after writing ')}", file=sys.stderr)
         return 143 if isinstance(exc, _Terminated) else 130
     finally:
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
         try:
             restore()
         except (ValueError, OSError):
@@ -953,12 +959,9 @@ def _main(argv: list[str] | None) -> int:
         print(f"mha-construct: error: cannot write to standard output: {exc.strerror or exc}{code}", file=sys.stderr)
         return 2
     vars(args).pop("_given", None)
-    from .io import published
-    published.clear()                         # what this command writes, named if it is interrupted
     saved = sys.stdout
     if saved is not None:                     # None where fd 1 is closed (`>&-`): print writes nothing
         sys.stdout = _Stdout(saved)
-    before = _stop_on_sigterm()
     try:
         code = args.run(args)
         if sys.stdout is not None:
@@ -981,8 +984,6 @@ def _main(argv: list[str] | None) -> int:
         print(f"mha-construct {args.command}: {stop}{_what_was_written(' after writing ')}", file=sys.stderr)
         return 143 if isinstance(exc, _Terminated) else 130
     finally:
-        if before is not None:
-            signal.signal(signal.SIGTERM, before)
         if sys.stdout is not None:
             try:
                 sys.stdout.flush()
@@ -1013,8 +1014,10 @@ def _stop_on_sigterm():
 
 
 def _what_was_written(lead: str = "") -> str:
-    """What this command put in place before it stopped (``io.published``), or that nothing was."""
-    from .io import published
+    """What this command put in place before it stopped (``io.published``), or that nothing was
+    (where the module that writes was not even imported)."""
+    io = sys.modules.get(f"{__package__}.io")
+    published = io.published if io is not None else []
     if not published:
         return "; nothing written" if lead else "nothing written"
     return f"{lead}{', '.join(published)}" if lead else f"already written: {', '.join(published)}"

@@ -278,6 +278,34 @@ def test_ctrl_c_while_the_command_line_starts_is_a_message_not_a_traceback(tmp_p
     assert not out.exists()
 
 
+def test_sigterm_while_the_command_line_starts_is_a_message(tmp_path):
+    # SIGTERM before the command's own handler was installed (it was, after the options) killed
+    # the process without a word (exit -15): main() now installs it first.
+    out = tmp_path / "run"
+    code = ("import os, signal, sys, threading\n"
+            "from construct.cli import main\n"
+            "threading.Timer(0.02, os.kill, (os.getpid(), signal.SIGTERM)).start()\n"   # inside main's imports
+            f"sys.exit(main(['build', '--out', {str(out)!r}]))\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 143, run.stderr
+    assert run.stderr == "mha-construct: terminated (SIGTERM); nothing written\n", run.stderr
+    assert not out.exists()
+
+
+def test_an_interruption_outside_the_command_names_what_it_wrote(tmp_path, monkeypatch, capsys):
+    # From review: Ctrl-C after the command had written its files but before main() returned (in
+    # its last flush, say) was reported as "nothing written".
+    import construct.cli as cli
+    from construct.io import published
+
+    def wrote_then_stopped(argv):
+        published.append(str(tmp_path / "run"))
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "_main", wrote_then_stopped)
+    assert cli.main(["build"]) == 130
+    assert capsys.readouterr().err == f"mha-construct: interrupted after writing {tmp_path / 'run'}\n"
+
+
 def test_sigterm_stops_a_command_as_ctrl_c_does(tmp_path):
     # From a review at scale: batch schedulers stop a job with SIGTERM at its time limit. The
     # command died at once (exit -15, no message) and left its folder's lock file behind; it
