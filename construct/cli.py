@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import importlib
 import math
 import os
 import re
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from ._version import __version__
 from .errors import ConstructError, InputError, OutputError, listed
+from .signals import signals_held
 
 DEFAULT_PROBLEM = {"kind": "independent", "heads": 8, "context": 8, "dim": 16}
 
@@ -933,6 +935,9 @@ def main(argv: list[str] | None = None) -> int:
         io.published.clear()                  # what this command writes, named if it is interrupted
     before = _stop_on_sigterm()
     try:
+        with signals_held():    # an extension module interrupted as it loads can fail as an ImportError
+            for name in ("build", "verify", "certify"):          # NumPy, SciPy: what the options read
+                importlib.import_module(f"{__package__}.{name}")
         return _main(argv)
     except KeyboardInterrupt as exc:         # outside the command: its imports and options, or its end
         stop = "terminated (SIGTERM)" if isinstance(exc, _Terminated) else "interrupted"

@@ -29,6 +29,7 @@ import numpy as np
 
 from .errors import InputError, OutputError
 from .limits import INFLATION_FLOOR, MAX_INFLATION, available_memory, gib
+from .signals import signals_held
 
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
@@ -444,6 +445,9 @@ class OutputFolder:
         except OSError as exc:
             self._undo()
             raise _os_error(exc, folder.name, parent) from None
+        except BaseException:                                # Ctrl-C: the folders made go too
+            self._undo()
+            raise
         try:
             leftovers = self._leftovers()                            # of killed writers
             olds = [p for p in leftovers if p.name.endswith("-old")]
@@ -511,29 +515,37 @@ class OutputFolder:
         stage = parent / f"{self._hidden}-{os.getpid()}-{secrets.token_hex(4)}"
         name = folder.name
         try:
-            os.mkdir(stage)
-            for name, payload in files.items():
-                _write_file(stage / name, payload, 0o666 & ~_umask())
-            name = folder.name
-            _keep_mode(stage, _status(folder, stat.S_ISDIR))   # a private folder stays private
-            _fsync_dir(stage)
-            if folder.is_dir():
-                if not _exchange(stage, folder):
-                    old = parent / f"{self._hidden}-{os.getpid()}-old"
-                    os.rename(folder, old)
-                    try:
+            try:
+                os.mkdir(stage)
+                for name, payload in files.items():
+                    _write_file(stage / name, payload, 0o666 & ~_umask())
+                name = folder.name
+                _keep_mode(stage, _status(folder, stat.S_ISDIR))   # a private folder stays private
+                _fsync_dir(stage)
+            except BaseException:                    # Ctrl-C too: the staged files go
+                shutil.rmtree(stage, ignore_errors=True)
+                raise
+            with signals_held():                     # the set replaced, and said so, or not at all
+                try:
+                    if folder.is_dir():
+                        if not _exchange(stage, folder):
+                            old = parent / f"{self._hidden}-{os.getpid()}-old"
+                            os.rename(folder, old)
+                            try:
+                                os.rename(stage, folder)
+                            except OSError:
+                                os.rename(old, folder)               # put the old set back
+                                raise
+                            stage = old
+                        shutil.rmtree(stage, ignore_errors=True)     # the old set
+                    else:
                         os.rename(stage, folder)
-                    except OSError:
-                        os.rename(old, folder)                       # put the old set back
-                        raise
-                    stage = old
-                shutil.rmtree(stage, ignore_errors=True)             # the old set
-            else:
-                os.rename(stage, folder)
-            published.append(str(folder))
+                except OSError:
+                    shutil.rmtree(stage, ignore_errors=True)
+                    raise
+                published.append(str(folder))
             _fsync_dir(parent)
         except OSError as exc:
-            shutil.rmtree(stage, ignore_errors=True)
             raise _os_error(exc, name, folder) from None
         self._created.clear()
 

@@ -90,12 +90,13 @@ def cli(out, *extra):
 
 class Faults:
     """Stands in for the ``os`` module inside construct.io: counts the calls that create, write,
-    flush or rename, and makes the ``fail_at``-th one raise ``OSError(err)``."""
+    flush or rename, and makes the ``fail_at``-th one raise ``OSError(err)``, or raises SIGINT
+    (Ctrl-C) as the ``interrupt_at``-th is about to be made."""
 
     WATCHED = ("open", "write", "fsync", "mkdir", "rename", "replace")
 
-    def __init__(self, fail_at=None, err=errno.ENOSPC):
-        self.fail_at, self.err = fail_at, err
+    def __init__(self, fail_at=None, err=errno.ENOSPC, interrupt_at=None):
+        self.fail_at, self.err, self.interrupt_at = fail_at, err, interrupt_at
         self.calls = []              # (function, path it acts on, whether that path is a folder)
         self._fds = {}
         self.failed = None
@@ -124,6 +125,8 @@ class Faults:
             target = Path(os.fsdecode(args[0])) if isinstance(args[0], (str, bytes, os.PathLike)) else None
         is_dir = target is not None and os.path.isdir(target)
         self.calls.append((name, target, is_dir))
+        if len(self.calls) == self.interrupt_at:       # Ctrl-C, as the call is about to be made
+            signal.raise_signal(signal.SIGINT)
         if len(self.calls) == self.fail_at:
             self.failed = self.calls[-1]
             raise OSError(self.err, os.strerror(self.err))
@@ -213,6 +216,54 @@ def test_a_failing_call_at_each_point_leaves_the_old_set(tmp_path, monkeypatch, 
     assert ("exchange" if has_old and exchange else "rename") in seen, seen
     assert sum(c[0] == "write" for c in calls) >= 6, "each file should take several writes"
     assert tolerated <= 4
+
+
+@pytest.mark.parametrize("case", ["old set, renameat2", "old set, two renames", "no folder yet"])
+def test_ctrl_c_at_each_point_leaves_one_complete_set_and_says_which(tmp_path, monkeypatch, capsys, old_and_new,
+                                                                      case):
+    """Ctrl-C at the k-th create/write/flush/rename of a build, for every k: exit 130, and either
+    the old set (or no folder) with "nothing written", or the new set with "after writing" it;
+    never a set half replaced, a folder missing, or a hidden leftover (found in review: Ctrl-C
+    while the files were written left the hidden folder they were written to)."""
+    template, old, new = old_and_new
+    has_old = case != "no folder yet"
+    exchange = case != "old set, two renames"
+    calls = _count_calls(tmp_path, monkeypatch, template if has_old else None, exchange)
+    capsys.readouterr()
+    problems, outcomes = [], set()
+    for k in range(1, len(calls) + 1):
+        top = real(tmp_path / f"k{k}")
+        top.mkdir()
+        parent = top / "parent" if has_old else top / "made"
+        folder = parent / "out"
+        if has_old:
+            parent.mkdir()
+            shutil.copytree(template, folder)
+        with monkeypatch.context() as m:
+            faults = Faults(interrupt_at=k)
+            faults.install(m, exchange=exchange)
+            code = main(["build", "--out", str(folder), "--quiet", *SMALL, "--seed", "2"])
+        err = capsys.readouterr().err
+        try:
+            assert code == 130, err
+            got = consistent_build(folder) if folder.exists() else {}
+            if got and all(got[n] == new[n] for n in SET[:2]):          # the new weights and data
+                outcomes.add("new")
+                assert err == f"mha-construct build: interrupted after writing {folder}\n", err
+                only(parent, "out")
+            else:
+                outcomes.add("old")
+                if has_old:
+                    assert consistent_build(folder) == old, "the old set changed"
+                    only(parent, "out")
+                else:
+                    assert not folder.exists(), "a folder was left"
+                    only(top)
+                assert err == "mha-construct build: interrupted; nothing written\n", err
+        except AssertionError as exc:
+            problems.append(f"k={k}: {calls[k - 1][:2]}: {exc}")
+    assert not problems, "\n".join(problems)
+    assert outcomes == {"old", "new"}, outcomes
 
 
 @pytest.mark.parametrize("err", [errno.EACCES, errno.EIO, errno.EDQUOT])
