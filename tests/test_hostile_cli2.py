@@ -260,35 +260,25 @@ def test_saving_onto_a_folder_names_the_folder_and_writes_nothing(good, tmp_path
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["sub"]
 
 
-def test_ctrl_c_while_the_command_line_starts_is_a_message_not_a_traceback(tmp_path):
+@pytest.mark.parametrize("signame, code, stop", [("SIGINT", 130, "interrupted"),
+                                                  ("SIGTERM", 143, "terminated (SIGTERM)")])
+def test_a_signal_while_the_command_line_starts_is_a_message_not_a_traceback(tmp_path, signame, code, stop):
     # Ctrl-C in the first half second printed a traceback: the console script's import of
     # construct.cli imported NumPy and SciPy (0.5 s) before main() could catch anything. That
     # import is now light, and main() catches Ctrl-C in the imports and options that follow,
     # holding it while NumPy's and SciPy's extension modules load (interrupted there, NumPy's
     # import failed as an ImportError: "PyCapsule_Import could not import module datetime").
+    # SIGTERM there killed the process without a word (exit -15): its handler came after the
+    # options; main() now installs it first.
     out = tmp_path / "run"
-    code = ("import os, signal, sys, threading\n"
-            "from construct.cli import main\n"
-            "assert 'numpy' not in sys.modules, 'the console script imports NumPy'\n"
-            "threading.Timer(0.02, os.kill, (os.getpid(), signal.SIGINT)).start()\n"   # inside main's imports
-            f"sys.exit(main(['build', '--out', {str(out)!r}]))\n")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 130, run.stderr
-    assert run.stderr == "mha-construct: interrupted; nothing written\n", run.stderr
-    assert not out.exists()
-
-
-def test_sigterm_while_the_command_line_starts_is_a_message(tmp_path):
-    # SIGTERM before the command's own handler was installed (it was, after the options) killed
-    # the process without a word (exit -15): main() now installs it first.
-    out = tmp_path / "run"
-    code = ("import os, signal, sys, threading\n"
-            "from construct.cli import main\n"
-            "threading.Timer(0.02, os.kill, (os.getpid(), signal.SIGTERM)).start()\n"   # inside main's imports
-            f"sys.exit(main(['build', '--out', {str(out)!r}]))\n")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 143, run.stderr
-    assert run.stderr == "mha-construct: terminated (SIGTERM); nothing written\n", run.stderr
+    child = ("import os, signal, sys, threading\n"
+             "from construct.cli import main\n"
+             "assert 'numpy' not in sys.modules, 'the console script imports NumPy'\n"
+             f"threading.Timer(0.02, os.kill, (os.getpid(), signal.{signame})).start()\n"   # inside main's imports
+             f"sys.exit(main(['build', '--out', {str(out)!r}]))\n")
+    run = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    assert run.returncode == code, run.stderr
+    assert run.stderr == f"mha-construct: {stop}; nothing written\n", run.stderr
     assert not out.exists()
 
 

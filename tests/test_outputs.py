@@ -159,6 +159,22 @@ def _count_calls(tmp_path, monkeypatch, template, exchange):
     return faults.calls
 
 
+def _build_into(top, template, faults, monkeypatch, exchange):
+    """A build (seed 2) with ``faults`` installed into ``top/parent/out``, which holds a copy of
+    ``template``'s set, or, without one, into ``top/made/out``, whose parent is still to be made:
+    ``(parent, folder, exit code)``."""
+    top.mkdir()
+    parent = top / "parent" if template is not None else top / "made"      # a missing parent
+    folder = parent / "out"
+    if template is not None:
+        parent.mkdir()
+        shutil.copytree(template, folder)
+    with monkeypatch.context() as m:
+        faults.install(m, exchange=exchange)
+        code = main(["build", "--out", str(folder), "--quiet", *SMALL, "--seed", "2"])
+    return parent, folder, code
+
+
 @pytest.mark.parametrize("case", ["old set, renameat2", "old set, two renames", "no folder yet"])
 def test_a_failing_call_at_each_point_leaves_the_old_set(tmp_path, monkeypatch, capsys, old_and_new, case):
     """ENOSPC at the k-th create/write/flush/rename of a build, for every k: exit 2, a message
@@ -170,17 +186,8 @@ def test_a_failing_call_at_each_point_leaves_the_old_set(tmp_path, monkeypatch, 
     capsys.readouterr()
     tolerated, problems = 0, []
     for k in range(1, len(calls) + 1):
-        top = real(tmp_path / f"k{k}")
-        top.mkdir()
-        parent = top / "parent" if has_old else top / "made"      # a missing parent
-        folder = parent / "out"
-        if has_old:
-            parent.mkdir()
-            shutil.copytree(template, folder)
-        with monkeypatch.context() as m:
-            faults = Faults(fail_at=k)
-            faults.install(m, exchange=exchange)
-            code = main(["build", "--out", str(folder), "--quiet", *SMALL, "--seed", "2"])
+        top, faults = real(tmp_path / f"k{k}"), Faults(fail_at=k)
+        parent, folder, code = _build_into(top, template if has_old else None, faults, monkeypatch, exchange)
         err = capsys.readouterr().err
         name, target, is_dir = faults.failed
         where = f"k={k}: {name}({target})"
@@ -233,16 +240,8 @@ def test_ctrl_c_at_each_point_leaves_one_complete_set_and_says_which(tmp_path, m
     problems, outcomes = [], set()
     for k in range(1, len(calls) + 1):
         top = real(tmp_path / f"k{k}")
-        top.mkdir()
-        parent = top / "parent" if has_old else top / "made"
-        folder = parent / "out"
-        if has_old:
-            parent.mkdir()
-            shutil.copytree(template, folder)
-        with monkeypatch.context() as m:
-            faults = Faults(interrupt_at=k)
-            faults.install(m, exchange=exchange)
-            code = main(["build", "--out", str(folder), "--quiet", *SMALL, "--seed", "2"])
+        parent, folder, code = _build_into(top, template if has_old else None, Faults(interrupt_at=k), monkeypatch,
+                                           exchange)
         err = capsys.readouterr().err
         try:
             assert code == 130, err
