@@ -128,6 +128,12 @@ def test_type_checkers_see_the_signatures_of_the_decorated_functions(tmp_path):
     assert "user.py:9:" not in out, out                       # a number of bits, as documented
 
 
+def _fresh_python(code: str) -> subprocess.CompletedProcess:
+    """``code`` run by a fresh interpreter from the checkout's root: an import of the package
+    that nothing before it has made."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1])
+
+
 def test_the_package_loads_its_names_on_first_use_and_keeps_the_functions():
     # `import construct` (and the command line's start) no longer imports NumPy and SciPy; each
     # name loads its module on first use. build, verify and teach name both a function and its
@@ -148,7 +154,7 @@ def test_the_package_loads_its_names_on_first_use_and_keeps_the_functions():
             "old = construct.build\n"
             "importlib.reload(sys.modules['construct.build']); importlib.reload(construct)\n"
             "assert construct.build is not old and construct.build is sys.modules['construct.build'].build\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1])
+    out = _fresh_python(code)
     assert out.returncode == 0 and out.stdout == "True\n", out.stderr
 
 
@@ -164,7 +170,7 @@ def test_every_submodule_is_an_attribute_after_a_plain_import():
             "assert {'arith', 'dword', 'errors', 'model', 'certify'} <= set(dir(construct))\n"
             "for name in ('no_such_module', 'arith.threads', '__wrapped__'):\n"
             "    assert not hasattr(construct, name), name\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1])
+    out = _fresh_python(code)
     assert out.returncode == 0, out.stderr
 
 
@@ -178,6 +184,6 @@ def test_the_documented_dotted_names_work_after_a_plain_import():
             "assert callable(construct.sweeps.sweep)\n"
             "assert 'datasets' in dir(construct)\n"
             "try:\n    construct.no_such_module\nexcept AttributeError as e:\n    print(e)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[1])
+    out = _fresh_python(code)
     assert out.returncode == 0, out.stderr
     assert "has no attribute 'no_such_module'" in out.stdout
