@@ -105,13 +105,14 @@ def to_torch(weights: Weights, dtype: torch.dtype = torch.float64) -> Memorizing
         raise InputError(f"dtype: expected {_dtype_names()}, got {dtype!r}"[:200], what="invalid option")
     w = checked_weights(weights)
     from .export import representable
-    # refused where the values do not fit, never inf or 0; float16 and float32 rounded once from
-    # high-precision weights (bfloat16, which NumPy lacks: checked at float32's range, copied
-    # from float64)
+    # Refused where the values do not fit, never inf or 0. float16 and float32 values come from
+    # NumPy, rounded once (PyTorch's copy from float64 to float16 goes through float32); bfloat16,
+    # which NumPy lacks, is checked at float32's range and copied from float64.
+    advice = f"use torch.float64, or build from rescaled data (dtype {dtype})"
     kin = {torch.float16: np.float16, torch.float32: np.float32}.get(dtype, np.float64)
-    values = representable(w, np.dtype(kin), f"use torch.float64, or build from rescaled data (dtype {dtype})")
+    values = representable(w, np.dtype(kin), advice)
     if dtype == torch.bfloat16:
-        representable(w, np.dtype(np.float32), f"use torch.float64, or build from rescaled data (dtype {dtype})")
+        representable(w, np.dtype(np.float32), advice)
     module = MemorizingAttention(w.H, w.d, w.d_h, w.d_v, w.d_o, w.skip, dtype=dtype,
                                  mean_shift=w.prelayer == "mean-shift")
     with torch.no_grad():
