@@ -701,10 +701,11 @@ def _conditioned(seed: int, T: int, F: int, decades: float) -> np.ndarray:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("decades", [8.0, 8.25, 8.5])
 def test_the_residual_route_proves_the_rank_between_choleskys_reach_and_the_pseudo_inverses(seed, decades):
-    # Found in review: Cholesky's right inverse leaves a residual of about u·cond(Z)², above 1
-    # near cond 1e8 (1.2 to 30 here) although Cholesky does not break down there, and the
-    # pseudo-inverse (about u·cond) was taken only where it did: cond 1e8.5 was proven on some
-    # seeds, 1e8 and 1e8.25 on almost none, 1e9 on all. The bound stays below the exact σ_min.
+    # Found in review: Cholesky's right inverse leaves a residual of about u·cond(Z)², 1.2 to 30
+    # near cond 1e8 here although Cholesky does not break down there, and the pseudo-inverse
+    # (about u·cond) was taken only where it did: the rank went unproven on 6 of these 9 cases
+    # (1 of 3 at cond 1e8, all at 1e8.25, 2 of 3 at 1e8.5; all were proven at 1e9). The bound
+    # stays below the exact σ_min.
     Z = _conditioned(seed, 20, 60, decades)
     claim = certify_module._residual_rank_claim(Z, np.zeros_like(Z), 20)
     assert claim["residual_inf_norm_bound"] < 1, claim                  # the rank, proven
