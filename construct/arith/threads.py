@@ -112,9 +112,11 @@ def _request(threads_of):
                 _requests[token] = (threading.get_ident(),
                                     {p.filepath: threads_of(p) for p in pools if not _per_thread(p)})
                 _apply()
-            own = {p.filepath: threads_of(p) for p in pools if _per_thread(p)}
-            if own:                                 # threadpoolctl restores what it selected only
-                local.enter_context(_threadpools().select(filepath=list(own)).limit(limits=own))
+            # One library per limit, given as a count: threadpoolctl before 3.8 ignores limits
+            # keyed by file path. It restores what it selected only.
+            for pool in pools:
+                if _per_thread(pool):
+                    local.enter_context(_threadpools().select(filepath=pool.filepath).limit(limits=threads_of(pool)))
             yield
         finally:
             with _policy_lock:
