@@ -654,10 +654,15 @@ def test_the_residual_route_encloses_every_matrix_within_its_radius(seed, T, ext
         r_inf = claim["residual_inf_norm_bound"]
         if r_inf is None:
             return                                              # nothing is claimed: nothing to check
-        # The claim's X: Cholesky's, or the pseudo-inverse's (where Cholesky's ∞-norm is not below
-        # 1 and the pseudo-inverse's is). The one whose claim it is, whichever the rule picked.
-        candidates = [lapack.right_inverse(Z)[0], lapack.right_inverse(Z, pseudo=True)[0]]
-        X = next(X for X in candidates if certify_module._right_inverse_claim(Z, Z_rad, X.copy()) == claim)
+        # The claim's X: Cholesky's, or the pseudo-inverse's, taken only where Cholesky's ∞-norm
+        # is not below 1 and the pseudo-inverse's is.
+        X, how = lapack.right_inverse(Z)
+        first = certify_module._right_inverse_claim(Z, Z_rad, X.copy())
+        if first != claim:
+            assert how == "cholesky" and not certify_module._residual_proves(first), (first, claim)
+            assert certify_module._residual_proves(claim), claim
+            X = lapack.right_inverse(Z, pseudo=True)[0]
+            assert certify_module._right_inverse_claim(Z, Z_rad, X.copy()) == claim
     exact_inf, exact_one = _exact_residual_norms(Z, Z_rad, X)
     assert exact_inf <= r_inf and (r_inf, exact_one) <= certify_module._residual_norms(Z, Z_rad, X.copy())
     if "sigma_min_lower_bound" in claim:
