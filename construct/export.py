@@ -25,6 +25,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -462,8 +463,13 @@ def export(weights: Weights, fmt: str, out: str | os.PathLike, *, dtype: str = "
     return info
 
 
-def representable(w: Weights, dtype: np.dtype, advice: str) -> dict[str, np.ndarray]:
-    """``w``'s matrices in ``dtype`` (contiguous), where each keeps its values.
+# PyTorch's bfloat16, which NumPy lacks: float32's exponents with 8 significant bits (7 stored).
+BFLOAT16 = SimpleNamespace(max=(2 - 2.0 ** -7) * 2.0 ** 127, eps=2.0 ** -7, smallest_subnormal=2.0 ** -133)
+
+
+def representable(w: Weights, dtype: np.dtype | str, advice: str) -> dict[str, np.ndarray]:
+    """``w``'s matrices in ``dtype`` (contiguous), where each keeps its values; for
+    ``"bfloat16"``, float64 arrays of bfloat16's values (:func:`bfloat16_values`).
 
     Raises:
         InputError: a matrix has values beyond ``dtype``'s range, or values that matter at its own
@@ -472,12 +478,18 @@ def representable(w: Weights, dtype: np.dtype, advice: str) -> dict[str, np.ndar
     """
     name_of = f"{dtype}"
     nearest = {name: FLOAT64.to_host(getattr(w, name)) for name in _NAMES}     # float64's nearest values
-    if dtype == np.float64:
+    if isinstance(dtype, str):                          # "bfloat16"
+        with np.errstate(over="ignore"):
+            arrays = {name: bfloat16_values(nearest[name], getattr(w, name) if w.bits is not None else None)
+                      for name in _NAMES}
+        info = BFLOAT16
+    elif dtype == np.float64:
         return {name: np.array(a, order="C") for name, a in nearest.items()}         # copies
-    with np.errstate(over="ignore", under="ignore"):   # beyond or below the range: refused below, by name
-        arrays = {name: _rounded_once(getattr(w, name), nearest[name], dtype) if w.bits is not None
-                  else np.ascontiguousarray(nearest[name], dtype=dtype) for name in _NAMES}
-    info = np.finfo(dtype)
+    else:
+        with np.errstate(over="ignore", under="ignore"):   # beyond or below the range: refused below, by name
+            arrays = {name: _rounded_once(getattr(w, name), nearest[name], dtype) if w.bits is not None
+                      else np.ascontiguousarray(nearest[name], dtype=dtype) for name in _NAMES}
+        info = np.finfo(dtype)
     beyond = []
     for name, a in arrays.items():
         exact = nearest[name]
@@ -520,6 +532,31 @@ def _rounded_once(exact: np.ndarray, nearest: np.ndarray, dtype: np.dtype) -> np
         if exact[i] != nearest[i]:
             out[i] = max(out[i], other[i]) if exact[i] > nearest[i] else min(out[i], other[i])
     return out
+
+
+def bfloat16_values(nearest: np.ndarray, exact: np.ndarray | None = None) -> np.ndarray:
+    """The float64 values ``nearest`` rounded to bfloat16's (:data:`BFLOAT16`), to nearest, ties
+    to even, as float64 arrays (C order; ±inf from the largest value plus half a unit on).
+    PyTorch fills a bfloat16 tensor from float64 through float32, rounding twice
+    (``1 + 2^-8 + 2^-30`` became 1, not ``1 + 2^-7``); from these values it rounds nothing.
+
+    ``exact``: high-precision values (mpmath numbers) of which ``nearest`` are float64's nearest;
+    as in :func:`_rounded_once`, where float64's value is a midpoint of bfloat16 and the exact
+    one is not, the neighbour on the exact value's side is taken.
+
+    A value ``m·2^e`` (``1/2 ≤ |m| < 1``) scaled by the unit of bfloat16 at it, ``2^max(e − 8,
+    −133)``, is exact in float64; rounding that to an integer and scaling back is the rounding.
+    """
+    _, e = np.frexp(nearest)
+    unit = np.maximum(e - 8, -133)
+    scaled = np.ldexp(nearest, -unit)
+    q = np.rint(scaled)
+    if exact is not None:
+        for i in zip(*np.nonzero(scaled - np.floor(scaled) == 0.5)):      # mpmath compares exactly
+            if exact[i] != nearest[i]:
+                q[i] = np.ceil(scaled[i]) if exact[i] > nearest[i] else np.floor(scaled[i])
+    out = np.ldexp(q, unit)
+    return np.ascontiguousarray(np.where(np.abs(out) > BFLOAT16.max, np.copysign(np.inf, out), out))
 
 
 def _importable(name: str) -> bool:

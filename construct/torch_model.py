@@ -94,8 +94,8 @@ class MemorizingAttention(nn.Module):
 
 
 def to_torch(weights: Weights, dtype: torch.dtype = torch.float64) -> MemorizingAttention:
-    """The module holding ``weights`` in ``dtype`` (high-precision weights rounded to it once; to
-    bfloat16 through float64).
+    """The module holding ``weights`` in ``dtype`` (rounded to it once, to nearest, ties to even;
+    high-precision weights too).
 
     Raises:
         InputError: ``dtype`` is not one of :data:`DTYPES`, or the weights' values leave its range
@@ -105,14 +105,13 @@ def to_torch(weights: Weights, dtype: torch.dtype = torch.float64) -> Memorizing
         raise InputError(f"dtype: expected {_dtype_names()}, got {dtype!r}"[:200], what="invalid option")
     w = checked_weights(weights)
     from .export import representable
-    # Refused where the values do not fit, never inf or 0. float16 and float32 values come from
-    # NumPy, rounded once (PyTorch's copy from float64 to float16 goes through float32); bfloat16,
-    # which NumPy lacks, is checked at float32's range and copied from float64.
+    # Refused where the values do not fit, never inf or 0. The values come rounded once, from
+    # NumPy (PyTorch's copy from float64 to float16 or bfloat16 goes through float32); bfloat16's,
+    # which NumPy lacks, as float64 numbers that PyTorch's copy then keeps exactly.
     advice = f"use torch.float64, or build from rescaled data (dtype {dtype})"
-    kin = {torch.float16: np.float16, torch.float32: np.float32}.get(dtype, np.float64)
-    values = representable(w, np.dtype(kin), advice)
-    if dtype == torch.bfloat16:
-        representable(w, np.dtype(np.float32), advice)
+    kin = {torch.float16: np.dtype(np.float16), torch.float32: np.dtype(np.float32),
+           torch.bfloat16: "bfloat16"}.get(dtype, np.dtype(np.float64))
+    values = representable(w, kin, advice)
     module = MemorizingAttention(w.H, w.d, w.d_h, w.d_v, w.d_o, w.skip, dtype=dtype,
                                  mean_shift=w.prelayer == "mean-shift")
     with torch.no_grad():

@@ -520,7 +520,7 @@ def test_to_torch_refuses_a_dtype_the_weights_do_not_fit():
     from construct import as_dataset
     w = build(as_dataset(small.E, small.X, small.Y * 1e39), 4).weights
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
-        with pytest.raises(InputError, match=r"(?s)exceed float(32|16)'s range.*torch.float64"):
+        with pytest.raises(InputError, match=r"(?s)exceed (float32|float16|bfloat16)'s range.*torch.float64"):
             to_torch(w, dtype=dtype)
     assert torch.isfinite(to_torch(w).W_V).all()
     fine = to_torch(build(small, 4).weights, dtype=torch.float32)
@@ -588,3 +588,72 @@ def test_the_torch_module_traces_with_torch_export(built, prelayer):
         eager = module(E, X)
         assert torch.equal(program.module()(E, X), eager) and torch.equal(compiled(E, X), eager)
     assert np.abs(eager.numpy() - data.Y).max() <= 1e-10
+
+
+_BF16_MAX = (2 - 2.0 ** -7) * 2.0 ** 127
+
+
+def _nearest_bfloat16(x) -> float:
+    """The bfloat16 value nearest the rational ``x`` (8 significant bits, float32's exponents,
+    subnormals down to 2^-133; ties to even; from its largest value plus half a unit on,
+    infinity), as a float64, by exact arithmetic."""
+    from fractions import Fraction
+    if x == 0:
+        return 0.0
+    if abs(x) >= Fraction(_BF16_MAX) + Fraction(2) ** 119:
+        return math.copysign(math.inf, x)
+    e = x.numerator.bit_length() - x.denominator.bit_length()      # 2^(e-1) ≤ |x| < 2^(e+1)
+    e = e + 1 if abs(x) >= Fraction(2) ** e else e                  # 2^(e-1) ≤ |x| < 2^e
+    s = max(e - 8, -133)
+    return math.copysign(float(round(x / Fraction(2) ** s) * Fraction(2) ** s), x)   # ties to even; -0.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(k=st.integers(0, 2 ** 7 - 1), sign=st.sampled_from([1, -1]), exponent=st.integers(-140, 127),
+       side=st.sampled_from([-1, 0, 1]), depth=st.integers(30, 200), midpoint=st.booleans(), high=st.booleans())
+def test_bfloat16_values_are_the_nearest_rounded_once(k, sign, exponent, side, depth, midpoint, high):
+    """Values at, just above and just below bfloat16's midpoints and off them, as float64 or as
+    high-precision numbers whose float64 lands on a midpoint, round to the nearest bfloat16:
+    PyTorch fills a bfloat16 tensor from float64 through float32, twice rounded (1 + 2^-8 + 2^-30
+    became 1, not 1 + 2^-7)."""
+    from fractions import Fraction
+    from construct.export import bfloat16_values
+    significand = 2 * (2 ** 7 + k) + (1 if midpoint else 0)            # 9 bits: a midpoint when odd
+    base = sign * Fraction(significand, 2 ** 8) * Fraction(2) ** exponent
+    x = base + side * Fraction(1, 2 ** depth) * abs(base)
+    nearest = np.array([float(x)])
+    if high:
+        with mpmath.workprec(400):
+            exact = np.array([mpmath.mpf(x.numerator) / x.denominator], dtype=object)
+        want = _nearest_bfloat16(x)
+    else:
+        exact, want = None, _nearest_bfloat16(Fraction(float(x)))
+    with np.errstate(over="ignore"):
+        got = float(bfloat16_values(nearest, exact)[0])
+    assert got == want and math.copysign(1, got) == math.copysign(1, want), (x, got, want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(width=32, allow_nan=False, allow_infinity=False))
+def test_bfloat16_values_agree_with_pytorch_on_float32_values(x):
+    """From float32 values PyTorch rounds to bfloat16 once, to nearest: the same values."""
+    from construct.export import bfloat16_values
+    want = torch.tensor([x], dtype=torch.float32).to(torch.bfloat16).to(torch.float64).item()
+    got = float(bfloat16_values(np.array([x]))[0])
+    assert got == want and math.copysign(1, got) == math.copysign(1, want)
+
+
+def test_to_torch_rounds_to_bfloat16_once_and_refuses_what_it_loses():
+    """From review: 1 + 2^-8 + 2^-30 became 1 in a bfloat16 module (through float32's
+    1 + 2^-8, a midpoint, to even); it is 1 + 2^-7. A value past bfloat16's largest (below
+    float32's) is refused, as one that would become 0 beside its matrix's scale is."""
+    from construct import as_weights
+    W_D = np.array([[1 + 2.0 ** -8 + 2.0 ** -30], [0.0]])
+    w = as_weights(np.ones((1, 2, 1)), np.ones((1, 2, 1)), np.ones((1, 2, 1)), np.ones((1, 2)), W_D)
+    assert to_torch(w, dtype=torch.bfloat16).W_D[0, 0].item() == 1 + 2.0 ** -7
+    for value, words in ((3.3999e38, r"exceed bfloat16's range \(3\.39e\+38\)"),
+                         (2.0 ** -135, r"below bfloat16's range \(9\.18e-41\) and would become 0")):
+        W_K = np.array([[[value], [2.0 ** -134]]]) if value < 1 else np.array([[[value], [1.0]]])
+        w = as_weights(W_K, np.ones((1, 2, 1)), np.ones((1, 2, 1)), np.ones((1, 2)), W_D)
+        with pytest.raises(InputError, match=rf"(?s)W_K: values up to .*{words}.*torch.float64"):
+            to_torch(w, dtype=torch.bfloat16)
