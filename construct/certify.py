@@ -605,7 +605,7 @@ def _gram_rank_claim(Z: np.ndarray, rad_norm: float) -> dict:
     two or three Cholesky factorizations: no inverse, no residual. Memory: ``Z`` and ``G``.
     """
     T, k = Z.shape
-    if not np.isfinite(Z).all():
+    if not lapack.all_finite(Z):
         return {}
     G = lapack.gram(Z)
     diagonal = np.diagonal(G).copy()
@@ -632,7 +632,7 @@ def _residual_rank_claim(Z: np.ndarray, Z_rad: np.ndarray, T: int) -> dict:
     pseudo-inverse takes about 3.5 times ``Z`` more).
     """
     F = Z.shape[1]
-    if F < T or not (np.isfinite(Z).all() and np.isfinite(Z_rad).all()):
+    if F < T or not (lapack.all_finite(Z) and lapack.all_finite(Z_rad)):
         return {"residual_inf_norm_bound": None}
     # Beyond what the start counted: X and I − ZX beside Z, and the Cholesky route's two T × T
     # matrices (lapack.right_inverse checks again before a pseudo-inverse).

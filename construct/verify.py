@@ -20,6 +20,7 @@ from .accurate import outputs as accurate_outputs
 from .accurate import rounding_visible, shared_context
 from .arith import FLOAT64, Arithmetic, gpu
 from .arith.base import RowRank
+from .arith.lapack import all_finite
 from .data import Dataset, checked
 from .errors import numpy_error_defaults
 from .limits import allowed_error, require_memory, tolerance
@@ -109,13 +110,18 @@ def check(ar: Arithmetic, Z, weights: Weights, data: Dataset, tol: float = DEFAU
         err = float(np.abs(gaps).max())
     if not np.isfinite(err):
         err = float("inf")
-    if Z.dtype != object and not bool(ar.to_host(ar.xp.all(ar.xp.isfinite(Z)))):   # overflowed logits: no rank
+    if Z.dtype != object and not _all_finite(ar, Z):   # overflowed logits: no rank
         return Verification(T=data.T, rank_Z=0, sigma_min_Z=float("nan"), sigma_max_Z=float("nan"),
                             rank_tol=float("nan"), max_abs_error=err, tol=allowed, passed=False, outputs=how)
     r = _row_rank(ar, Z, data.E, reduction, overwrite, sigma_above)
     return Verification(T=data.T, rank_Z=r.rank, sigma_min_Z=r.sigma_min, sigma_max_Z=r.sigma_max,
                         rank_tol=r.tol, max_abs_error=err, tol=allowed,
                         passed=bool(err <= allowed and r.rank == data.T), outputs=how)
+
+
+def _all_finite(ar: Arithmetic, Z) -> bool:
+    """Every entry of the float64 ``Z`` is finite (on the host, without a copy of ``Z``'s size)."""
+    return all_finite(Z) if ar.xp is np else bool(ar.to_host(ar.xp.all(ar.xp.isfinite(Z))))
 
 
 def _readout_sigma(weights: Weights, out: np.ndarray, X: np.ndarray) -> float | None:

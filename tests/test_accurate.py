@@ -465,3 +465,48 @@ def test_verify_does_not_pass_logits_that_float64_rounds_alike_in_every_order(sh
     assert v.outputs == "double words" and not v.passed, v     # (the shared Z has rank 1 as well)
     assert abs(v.max_abs_error - (math.e / (1 + math.e) - 0.5)) < 1e-9, v
     assert rounding_visible(w, E[0] if shared else E, X, Y, allowed=1e-8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(T=st.integers(0, 6), n=st.integers(1, 3), d=st.integers(1, 3), seed=st.integers(0, 2 ** 32 - 1),
+       differ=st.integers(-1, 5), signed_zero=st.booleans())
+def test_shared_context_is_every_context_equal_to_the_first(T, n, d, seed, differ, signed_zero):
+    """A context that differs anywhere (the second, or only a later one) makes the contexts not
+    shared; -0.0 equals 0.0 as a number."""
+    E = np.broadcast_to(np.random.default_rng(seed).standard_normal((1, n, d)), (T, n, d)).copy()
+    if signed_zero and T:
+        E[:, 0, 0] = 0.0
+        E[-1, 0, 0] = -0.0
+    if 0 <= differ < T and differ > 0:
+        E[differ, -1, -1] = np.nextafter(E[differ, -1, -1], np.inf)
+    assert shared_context(E) == bool(np.all(E == E[:1]))
+    assert shared_context(E) == (not 0 < differ < T)
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), H=st.integers(9, 26), d_o=st.sampled_from([1, 3, 16, 70]),
+       skip=st.booleans(), T=st.sampled_from([1, 300]))
+def test_the_reordered_evaluation_weighs_every_head_once_across_groups_and_spans(seed, H, d_o, skip, T):
+    """At d = 64 the detector's heads go in groups of 8 and its values in spans of d // d_o heads
+    (64, 21, 4 or 1), which cut across the groups; its outputs and its estimate of the logits'
+    rounding are those of the model evaluated example by example and head by head."""
+    from construct.accurate import _moved, _reordered
+    rng = np.random.default_rng(seed)
+    n, d, d_v = 3, 64, 5
+    weights = sealed(rng.standard_normal((H, d, 4)) / 4, rng.standard_normal((H, d, 4)) / 4,
+                     rng.standard_normal((H, d, d_v)), rng.standard_normal((H * d_v, d)), rng.standard_normal((d, d_o)),
+                     skip=skip, bits=None)
+    E, X = rng.standard_normal((T, n, d)), rng.standard_normal((T, d))
+    out, moved = _reordered(weights, E, X)
+    want, want_moved = (X @ weights.W_D if skip else np.zeros((T, d_o))), np.zeros(T)
+    for t in range(T):
+        for h in range(H):
+            logits = E[t] @ (weights.W_K[h] @ (weights.W_Q[h].T @ X[t]))
+            s = np.exp(logits - logits.max())
+            c = E[t] @ (weights.W_V[h] @ weights.W_O[h * d_v:(h + 1) * d_v] @ weights.W_D)      # (n, d_o)
+            want[t] += s @ c / s.sum()
+            half_range = np.max(c.max(axis=0) - c.min(axis=0)) / 2
+            want_moved[t] += _moved(np, np.abs(logits).max(), 1 / s.sum(), half_range)
+    assert np.allclose(out, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+    assert np.allclose(moved, want_moved, rtol=1e-9, atol=0)
+

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import example, given, settings, strategies as st
 
 from construct.assumptions import a2_violations
-from construct.arith.lapack import kato_temple_lower, rayleigh_bounds, row_factor
+from construct.arith.lapack import all_finite, kato_temple_lower, rayleigh_bounds, row_factor
 from construct.enclose import gamma
 from construct.model import head_logits, softmax
 from construct.readout import min_norm_solve, readout_weights
@@ -624,3 +624,21 @@ def test_row_blocks_cover_the_rows_in_order_without_a_lone_last_row(lo, length, 
     assert all(0 < b - a <= (step or length) + 1 for a, b in blocks)
     if len(blocks) > 1 and step and step > 1:
         assert blocks[-1][1] - blocks[-1][0] > 1
+
+
+@settings(max_examples=80, deadline=None)
+@given(rows=st.integers(0, 5), cols=st.integers(0, 5), seed=st.integers(0, 2 ** 32 - 1),
+       special=st.sampled_from([None, np.nan, np.inf, -np.inf]), scale=st.sampled_from([1.0, 1e150, 1e300, 1.7e308]),
+       fortran=st.booleans())
+def test_all_finite_is_the_entrywise_test(rows, cols, seed, special, scale, fortran):
+    """One reduction decides it where it can; entries so large that the reduction overflows
+    (1e150 squared, 1.7e308 summed) take the entrywise test, and one NaN or infinity anywhere,
+    in either memory order, is found."""
+    rng = np.random.default_rng(seed)
+    with np.errstate(over="ignore"):                  # at 1.7e308 some entries become infinite
+        A = rng.standard_normal((rows, cols)) * scale
+    if special is not None and A.size:
+        A[rng.integers(rows), rng.integers(cols)] = special
+    A = np.asfortranarray(A) if fortran else A
+    assert all_finite(A) == bool(np.isfinite(A).all())
+    assert all_finite(A[:, ::2]) == bool(np.isfinite(A[:, ::2]).all())
