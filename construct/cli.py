@@ -239,6 +239,7 @@ def _cmd_verify(args) -> int:
     from .io import json_bytes
     from .model import load_weights
     from .limits import tolerance
+    from .report import float64_line
     from .verify import verify
 
     tolerance(args.tol, "--tol")                   # a bad option is refused before any file is read
@@ -255,6 +256,7 @@ def _cmd_verify(args) -> int:
               + (f"{v.rank_Z}   sigma_min(Z) = {v.sigma_min_Z:.3e}\n" if finite else
                  "not computed: Z is not finite (the logits overflow float64)\n")
               + f"max |f - y|  {v.max_abs_error:.3e}  (allowed {v.tol:.1e}; outputs in {v.outputs})\n"
+              + (float64_line(v.float64_error, v.tol) + "\n" if v.float64_error is not None else "")
               + ("PASS: every label reproduced, rank Z = T" if v.passed else
                  "FAIL: " + ("the features are not finite" if not finite else
                              "labels not reproduced within the tolerance" if not v.max_abs_error <= v.tol

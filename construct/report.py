@@ -70,6 +70,7 @@ def summary_text(rep: dict) -> str:
     lines += [
         f"max |f - y|  {v['max_abs_error']:.3e}  (allowed {v['tol']:.1e}; outputs in {v.get('outputs', 'float64')}): "
         + ("every label reproduced" if v["passed"] else "NOT MEMORIZED"),
+        *([float64_line(v["float64_error"], v["tol"])] if v.get("float64_error") is not None else []),
         f"float32      max |f - y| {rep['float32']['max_abs_error']:.3e}: "
         + ("survives" if rep["float32"]["survives"] else "does not survive")
         + f" (allowed {rep['float32']['tol']:.1e})",
@@ -77,3 +78,12 @@ def summary_text(rep: dict) -> str:
         f"sha256       data {rep['data']['sha256'][:16]}…  weights {rep['weights_sha256'][:16]}…",
     ]
     return "\n".join(lines)
+
+
+def float64_line(error: float, allowed: float) -> str:
+    """The summary's line for the float64 evaluation's own error, where the outputs were taken in
+    double words (:attr:`construct.verify.Verification.float64_error`)."""
+    verdict = ("within the tolerance" if error <= allowed else
+               "MISSES the tolerance, by float64's own rounding (the exact model's error is the line above)")
+    return (f"float64      max |f - y| {error:.3e} in float64, as construct.forward and float64 exports "
+            f"evaluate: {verdict}")

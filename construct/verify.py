@@ -56,6 +56,12 @@ class Verification:
         outputs: how the outputs were evaluated: the arithmetic's own forward pass (its name), or
             ``"double words"`` where float64's rounding reaches the tolerance (shared contexts,
             :mod:`construct.accurate`).
+        float64_error: where the outputs are in double words, the float64 evaluation's own
+            ``max |f − y|`` (of the outputs from ``Z``; a float64 forward pass in another order,
+            ``construct.forward``'s or an export's, rounds as much but not alike): what float64
+            weights give in float64, which may miss the tolerance the exact model meets (square
+            contexts). None otherwise (then it is ``max_abs_error``, or the weights are not
+            float64's).
     """
 
     T: int
@@ -69,6 +75,7 @@ class Verification:
     outputs: str = "float64"
     device: str = "cpu"
     device_reason: str = ""
+    float64_error: float | None = None
 
     def to_dict(self) -> dict:
         """The fields as a dict; ``rank_Z`` None where it was not computed (``Z`` not finite:
@@ -96,27 +103,36 @@ def check(ar: Arithmetic, Z, weights: Weights, data: Dataset, tol: float = DEFAU
     double words then take the layer's outputs in double words too.
     """
     allowed = allowed_error(tol, float(np.abs(ar.to_host(data.Y)).max()))
-    how, sigma_above = ar.name, None
+    how, sigma_above, err64 = ar.name, None, None
+    float64 = weights.bits is None and ar.weights_bits is None
     with np.errstate(over="ignore", invalid="ignore"):        # overflow is a failure, not a warning
-        if outputs is None:
+        if outputs is None or float64:
             out = output_from_features(Z, data.X, weights, ar)
             gaps = ar.to_host(out - data.Y)
-            if reduction is None and ar.xp is np and weights.bits is None and ar.weights_bits is None:
+        if outputs is None:
+            if reduction is None and ar.xp is np and float64:
                 sigma_above = _readout_sigma(weights, out, data.X)
-            if detect and weights.bits is None and ar.weights_bits is None:
+            if detect and float64:
                 outputs = _where_rounding_shows(ar, weights, data, out, allowed, before_layer)
         if outputs is not None:
+            if float64:
+                err64 = _largest(np.abs(gaps).max())
             gaps, how = gaps_from(outputs, ar.to_host(data.Y)), "double words"
-        err = float(np.abs(gaps).max())
-    if not np.isfinite(err):
-        err = float("inf")
+        err = _largest(np.abs(gaps).max())
     if Z.dtype != object and not _all_finite(ar, Z):   # overflowed logits: no rank
         return Verification(T=data.T, rank_Z=0, sigma_min_Z=float("nan"), sigma_max_Z=float("nan"),
-                            rank_tol=float("nan"), max_abs_error=err, tol=allowed, passed=False, outputs=how)
+                            rank_tol=float("nan"), max_abs_error=err, tol=allowed, passed=False, outputs=how,
+                            float64_error=err64)
     r = _row_rank(ar, Z, data.E, reduction, overwrite, sigma_above)
     return Verification(T=data.T, rank_Z=r.rank, sigma_min_Z=r.sigma_min, sigma_max_Z=r.sigma_max,
                         rank_tol=r.tol, max_abs_error=err, tol=allowed,
-                        passed=bool(err <= allowed and r.rank == data.T), outputs=how)
+                        passed=bool(err <= allowed and r.rank == data.T), outputs=how, float64_error=err64)
+
+
+def _largest(value) -> float:
+    """A largest error as a float: ``inf`` where it is not finite (overflow, NaN)."""
+    value = float(value)
+    return value if np.isfinite(value) else float("inf")
 
 
 def _all_finite(ar: Arithmetic, Z) -> bool:

@@ -510,3 +510,34 @@ def test_the_reordered_evaluation_weighs_every_head_once_across_groups_and_spans
     assert np.allclose(out, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
     assert np.allclose(moved, want_moved, rtol=1e-9, atol=0)
 
+
+def test_square_contexts_report_float64s_own_error_beside_the_exact_models(square, tmp_path, capsys):
+    """From an independent review: on square contexts a build that passes (in double words) gives
+    float64 weights that every float64 forward pass, construct.forward's and the exports', scores
+    above the tolerance, and nothing said so. The verification now carries float64's own error
+    (its outputs from Z, exactly), the summaries print it, and where float64 is what the outputs
+    are in there is no such field."""
+    import json
+    from construct.cli import main
+    result = build(square, 4)
+    v = result.verification
+    assert v.outputs == "double words" and v.passed and v.max_abs_error <= 1e-8
+    with FLOAT64.session():
+        Z = feature_matrix(square.E, square.X, result.weights, FLOAT64, layered=True)
+    own = float(np.abs(output_from_features(Z, square.X, result.weights, FLOAT64) - square.Y).max())
+    again = verify(result.weights, square)
+    assert again.float64_error == own and again.passed
+    assert v.float64_error > 1e-8 and np.abs(forward(square.E, square.X, result.weights) - square.Y).max() > 1e-8
+    assert again.to_dict()["float64_error"] == own
+    plain = verify(*(lambda d: (build(d, 4).weights, d))(synthetic("independent", T=4 * 3 + 1, n=4, d=8, seed=0)))
+    assert plain.outputs == "float64" and plain.float64_error is None and plain.to_dict()["float64_error"] is None
+
+    folder = tmp_path / "run"
+    square.save(tmp_path / "square.npz")
+    assert main(["build", str(tmp_path / "square.npz"), "--heads", "4", "--out", str(folder)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("float64 "))
+    assert "MISSES the tolerance" in line
+    report = json.loads((folder / "report.json").read_text())
+    assert report["verification"]["float64_error"] > 1e-8
+    assert main(["verify", str(folder / "weights.npz"), str(folder / "data.npz")]) == 0
+    assert "MISSES the tolerance, by float64's own rounding" in capsys.readouterr().out
