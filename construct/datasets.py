@@ -26,6 +26,7 @@ import numpy as np
 from .data import Dataset, as_dataset, sinusoidal_encoding
 from .errors import InputError
 from .limits import as_float64, finite_examples, flag, integer, missing_library, real_array, require_memory
+from .signals import signals_held
 
 NAMES = ("digits", "tokens")
 
@@ -56,7 +57,8 @@ def digits(count: int = 301, *, patch: int = 4, positional: bool = True, query: 
     if not isinstance(query, str) or query not in ("mean", "cls"):
         raise InputError(f"query must be mean or cls, got {query!r}", what="invalid option")
     try:
-        from sklearn.datasets import load_digits
+        with signals_held():            # an extension interrupted as it loads fails as an ImportError
+            from sklearn.datasets import load_digits
     except ImportError:
         raise missing_library("the digits dataset needs scikit-learn", "data") from None
     images, labels = load_digits(return_X_y=True)

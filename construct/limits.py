@@ -48,13 +48,18 @@ def integer(value, name: str, minimum: int = 1) -> int:
 
 
 def library(module: str, extra: str):
-    """``module`` imported, or an :class:`InputError` naming the extra that installs it.
+    """``module`` imported, or an :class:`InputError` naming the extra that installs it. The
+    import runs with SIGINT and SIGTERM held (:func:`construct.signals.signals_held`): an
+    extension module interrupted as it loads can fail as an ImportError, which would read as a
+    missing library, or abort in its own code (onnx did both under Ctrl-C).
 
     Raises:
         InputError: the module is not installed (``what="missing library"``).
     """
+    from .signals import signals_held
     try:
-        return importlib.import_module(module)
+        with signals_held():
+            return importlib.import_module(module)
     except ImportError:
         raise missing_library(f"this needs {module.split('.')[0]}", extra) from None
 

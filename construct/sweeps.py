@@ -38,6 +38,7 @@ import numpy as np
 from .arith import FLOAT64, numerical_rank
 from .errors import ConstructionError, InputError, numpy_error_defaults
 from .limits import callback, integer, missing_library, require_memory
+from .signals import signals_held
 from .model import Weights, capacity as bound_of, feature_matrix
 from .validate import memory_estimate
 
@@ -170,9 +171,10 @@ def plot_bytes(rows: list[dict], vary: str, suffix: str) -> bytes:
                          what="invalid option")
     _one_sweep(rows, vary)
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        with signals_held():            # an extension interrupted as it loads fails as an ImportError
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
     except ImportError:
         raise missing_library("plots need matplotlib", "plot") from None
     # SVG text stays text (searchable, accessible); a fixed salt for the SVG's ids and no date:

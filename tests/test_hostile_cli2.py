@@ -316,3 +316,30 @@ def test_sigterm_stops_a_command_as_ctrl_c_does(tmp_path):
     assert proc.returncode == 143, err
     assert "terminated" in err and "nothing written" in err and "Traceback" not in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == []   # no folder, no lock file
+
+
+def test_an_optional_library_interrupted_as_it_loads_is_an_interruption_not_a_missing_library(tmp_path, monkeypatch):
+    """From a hostile trial: Ctrl-C while `export --format onnx` imported onnx could end as
+    "missing library: this needs onnxruntime" (an extension module interrupted as it loads fails
+    as an ImportError), or abort in onnx's own code. The optional libraries now load with the
+    signals held, as NumPy and SciPy do; the interruption comes once the import is done. Here
+    a module stands in for such an extension: it turns a KeyboardInterrupt raised while it loads
+    into an ImportError."""
+    import signal
+    from construct.errors import InputError
+    from construct.limits import library
+    (tmp_path / "fragile_ext.py").write_text(
+        "import os, signal, time\n"
+        "try:\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(0.05)\n"
+        "except KeyboardInterrupt:\n"
+        "    raise ImportError('initialization interrupted') from None\n"
+        "LOADED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(KeyboardInterrupt):
+        library("fragile_ext", "onnx")
+    assert sys.modules["fragile_ext"].LOADED
+    sys.modules.pop("fragile_ext")
+    with pytest.raises(InputError, match=r"missing library: this needs not_installed_anywhere, in the \[onnx\]"):
+        library("not_installed_anywhere", "onnx")

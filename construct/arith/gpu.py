@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
+from ..signals import signals_held
 from .base import Arithmetic, RowRank
 
 DEVICES = ("auto", "cpu", "gpu")
@@ -35,7 +36,8 @@ class DeviceChoice:
 def probe() -> tuple[bool, str]:
     """Whether a GPU can be used through CuPy: ``(True, description)`` or ``(False, reason)``."""
     try:
-        import cupy
+        with signals_held():            # an extension interrupted as it loads fails as an ImportError
+            import cupy
     except Exception as exc:                              # not installed, or a broken CUDA install
         return False, f"CuPy is not importable ({type(exc).__name__}: {exc})"
     try:
