@@ -198,7 +198,7 @@ def _build_into(args, out) -> dict:
                                                                "positional": args.positional}}
     if not args.quiet:
         _announce_mpmath_size(data, heads, args.head_dim, args.precision)
-    progress = None if args.quiet else _progress_printer(sys.stderr)
+    progress = None if args.quiet or sys.stderr is None else _progress_printer(sys.stderr)   # None: 2>&-
     result = build(data, heads, head_dim=args.head_dim, value_dim=args.value_dim, skip=args.skip,
                    seed=args.seed, tol=args.tol, scale=args.scale, precision=args.precision, progress=progress,
                    device=args.device, prelayer=args.prelayer)
@@ -454,7 +454,8 @@ def _cmd_teach(args) -> int:
         payload = walk.markdown(figures if out is not None else None)
     else:
         # Styled only on a terminal, and not where NO_COLOR is set to anything (no-color.org).
-        payload = walk.text(color=out is None and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+        payload = walk.text(color=out is None and sys.stdout is not None and sys.stdout.isatty()   # None: >&-
+                            and not os.environ.get("NO_COLOR"))
     if out is None:
         print(payload, end="")
         return 0

@@ -343,3 +343,23 @@ def test_an_optional_library_interrupted_as_it_loads_is_an_interruption_not_a_mi
     sys.modules.pop("fragile_ext")
     with pytest.raises(InputError, match=r"missing library: this needs not_installed_anywhere, in the \[onnx\]"):
         library("not_installed_anywhere", "onnx")
+
+
+def test_teach_with_standard_output_closed_is_no_traceback():
+    """`mha-construct teach >&-` printed a traceback (it asked None whether standard output was
+    a terminal); every other command writes nothing there and exits as it would."""
+    run = subprocess.run([sys.executable, "-m", "construct", "teach"], stderr=subprocess.PIPE, text=True,
+                         timeout=120, preexec_fn=lambda: os.close(1))
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+
+
+def test_build_with_standard_error_closed_builds(tmp_path):
+    """From a hostile trial: `mha-construct build ... 2>&-` exited 1 without a word and wrote
+    nothing (its progress line asked None whether it was a terminal); with --quiet it built."""
+    out = tmp_path / "run"
+    run = subprocess.run([sys.executable, "-m", "construct", "build", "--out", str(out), "--heads", "3",
+                          "--context", "3", "--dim", "4"], capture_output=False, stdout=subprocess.PIPE,
+                         text=True, timeout=120, preexec_fn=lambda: os.close(2))
+    assert run.returncode == 0, run.stdout
+    assert "every label reproduced" in run.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["data.npz", "report.json", "weights.npz"]
