@@ -105,22 +105,28 @@ def _not_an_input(out: Path, **inputs: Path | None) -> None:
 _EXPORT_NAMES = {"torch": "model.pt", "safetensors": "model.safetensors", "onnx": "model.onnx"}
 
 
-def _not_a_build_file(out: Path, *inputs: Path | None, instead: str = CERTIFICATE) -> None:
-    """Refuse an --out that names one of the files build writes as one set (weights.npz,
-    data.npz, report.json), present in the folder of one of the command's inputs: it would
-    replace a file of the build's set (a certificate written over run/report.json, an export over
-    run/data.npz), and report.json would no longer name the files beside it. Where no such file
-    is there, nothing of a build is replaced. ``instead``: the file name the refusal suggests
-    (the command's own kind of file)."""
+def _not_a_build_file(out: Path, *inputs: Path | None, instead: str = CERTIFICATE, label: str = "--out") -> None:
+    """Refuse an output (option ``label``) that names one of the files build writes as one set
+    (weights.npz, data.npz, report.json), present in the folder of one of the command's inputs
+    or in a folder that holds a build's files (its report.json beside its weights or data): it
+    would replace a file of the build's set (a certificate written over run/report.json, an
+    export over run/data.npz), and report.json would no longer name the files beside it. Where
+    no such file is there, nothing of a build is replaced. ``instead``: the file name the
+    refusal suggests (the command's own kind of file)."""
     target = Path(os.path.realpath(out))
     if target.name not in OUTPUTS or not target.exists():
         return
+    suggestion = f"name another file ({str(Path(out).parent / instead)!r}, say)"
     for path in inputs:
         if path is not None and Path(os.path.realpath(path)).parent == target.parent:
-            raise InputError(f"--out {str(out)!r} names {target.name}, one of the files build writes as one set "
+            raise InputError(f"{label} {str(out)!r} names {target.name}, one of the files build writes as one set "
                              f"({', '.join(OUTPUTS)}), in the folder of the input {str(path)!r}: writing it there "
-                             f"would replace the {target.name} there; name another file "
-                             f"({str(Path(out).parent / instead)!r}, say)", what="invalid arguments")
+                             f"would replace the {target.name} there; {suggestion}", what="invalid arguments")
+    folder = target.parent
+    if (folder / "report.json").is_file() and any((folder / name).is_file() for name in OUTPUTS[:2]):
+        raise InputError(f"{label} {str(out)!r} names {target.name} in a folder that holds a build's files "
+                         f"({', '.join(OUTPUTS)}): writing it there would replace one of them; {suggestion}",
+                         what="invalid arguments")
 
 
 def _build_into(args, out) -> dict:
@@ -520,6 +526,7 @@ def _cmd_capacity(args) -> int:
         if twin is not None:
             raise InputError(f"{str(path)!r} is given to {twin} and {flag}: each output needs its own file",
                              what="invalid arguments")
+        _not_a_build_file(path, instead=f"capacity{path.suffix}", label=flag)
         check_file_target(path, flag)
     odd = [str(p) for p in args.plot or [] if p.suffix.lower() not in PLOT_SUFFIXES]
     if odd:                                                               # before the sweep, not after

@@ -4,6 +4,7 @@ code before its fix (a silent wrong answer, a traceback, or a file clobbered wit
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -363,3 +364,29 @@ def test_build_with_standard_error_closed_builds(tmp_path):
     assert run.returncode == 0, run.stdout
     assert "every label reproduced" in run.stdout
     assert sorted(p.name for p in out.iterdir()) == ["data.npz", "report.json", "weights.npz"]
+
+
+def test_single_file_outputs_refuse_the_files_of_any_builds_set(tmp_path, capsys):
+    """From a hostile trial: `certify run/... --out other/weights.npz`, `export --out
+    other/data.npz` and `capacity --csv other/report.json` replaced the files of another build's
+    set (the guard looked only in the folders of the command's own inputs, and capacity has
+    none): other/report.json then named files that were gone. A folder holding a build's
+    report.json beside its weights or data is refused by name; a file of one of those names
+    elsewhere is the user's to write."""
+    import hashlib
+    run, other = tmp_path / "run", tmp_path / "other"
+    for folder in (run, other):
+        assert main(["build", "--out", str(folder), "--heads", "2", "--context", "3", "--dim", "4", "--quiet"]) == 0
+    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in other.iterdir()}
+    capsys.readouterr()
+    weights, data = str(run / "weights.npz"), str(run / "data.npz")
+    for argv, flag in ((["certify", weights, data, "--out", str(other / "weights.npz")], "--out"),
+                       (["export", weights, "--format", "onnx", "--out", str(other / "data.npz")], "--out"),
+                       (["capacity", "--vary", "n", "--values", "2", "3", "--dim", "6", "--heads", "2",
+                         "--csv", str(other / "report.json")], "--csv")):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert f"{flag} {str(other / Path(argv[argv.index(flag) + 1]).name)!r}" in err and "a build's files" in err, err
+    assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in other.iterdir()} == before
+    (tmp_path / "free").mkdir()
+    assert main(["certify", weights, data, "--out", str(tmp_path / "free" / "weights.npz")]) == 0
