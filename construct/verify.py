@@ -29,6 +29,9 @@ from .model import (Weights, check_compatible, checked_weights, feature_matrix, 
 
 DEFAULT_TOL = 1e-8
 
+# Verification.outputs where some examples' double words overflowed and float64 measured them.
+OVERFLOW_FALLBACK = "float64 where they overflow"
+
 # float32 evaluation "survives" when every label is reproduced within this, relative to
 # max(1, max|Y|): about 1000 float32 units of rounding (ε_32 ≈ 1.2e-7).
 FLOAT32_TOL = 1e-4
@@ -55,7 +58,9 @@ class Verification:
         device: where it ran (``"cpu"`` or ``"gpu"``), and ``device_reason`` why.
         outputs: how the outputs were evaluated: the arithmetic's own forward pass (its name), or
             ``"double words"`` where float64's rounding reaches the tolerance (shared contexts,
-            :mod:`construct.accurate`).
+            :mod:`construct.accurate`); ``"double words, float64 where they overflow"`` where
+            some examples' double words overflowed (outputs near 1e300) and float64's finite
+            outputs gave their error.
         float64_error: where the outputs are in double words, the float64 evaluation's own
             ``max |f − y|`` (of the outputs from ``Z``; a float64 forward pass in another order,
             ``construct.forward``'s or an export's, rounds as much but not alike): what float64
@@ -115,9 +120,15 @@ def check(ar: Arithmetic, Z, weights: Weights, data: Dataset, tol: float = DEFAU
             if detect and float64:
                 outputs = _where_rounding_shows(ar, weights, data, out, allowed, before_layer)
         if outputs is not None:
+            words, how = gaps_from(outputs, ar.to_host(data.Y)), "double words"
             if float64:
                 err64 = _largest(np.abs(gaps).max())
-            gaps, how = gaps_from(outputs, ar.to_host(data.Y)), "double words"
+                # Double words split products, and that overflows from about 1e300 on, where the
+                # outputs (and float64's) are finite: there float64's measure stands.
+                overflowed = ~np.all(np.isfinite(words), axis=1) & np.all(np.isfinite(gaps), axis=1)
+                if overflowed.any():
+                    words, how = np.where(overflowed[:, None], gaps, words), f"{how}, {OVERFLOW_FALLBACK}"
+            gaps = words
         err = _largest(np.abs(gaps).max())
     if Z.dtype != object and not _all_finite(ar, Z):   # overflowed logits: no rank
         return Verification(T=data.T, rank_Z=0, sigma_min_Z=float("nan"), sigma_max_Z=float("nan"),
