@@ -8,6 +8,7 @@ connection (App. C). No ``1/sqrt(d_h)`` factor: it is absorbed into ``W_K``.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -350,17 +351,42 @@ def _exact_weights(arrays: dict, rounded: Weights, path) -> Weights:
         if text is None or text.dtype.kind != "U" or text.shape != getattr(rounded, name).shape:
             problems.append(f"{name}_decimal: missing, not strings, or not of {name}'s shape in {str(path)!r}")
             continue
+        odd = [i for i in np.ndindex(text.shape) if not _DECIMAL.fullmatch(str(text[i]))]
+        if odd:
+            problems.append(f"{name}_decimal{_entry(odd[0])}: {_clipped(text[odd[0]])} is not a decimal number "
+                            f"(digits, a point, an exponent: {len(odd)} such entries)")
+            continue
         try:
             values = from_decimal_strings(text, bits)
         except ValueError:
             problems.append(f"{name}_decimal: not decimal numbers")
             continue
-        if not np.array_equal(values.astype(np.float64), getattr(rounded, name)):
-            problems.append(f"{name}: the float64 array is not the rounding of {name}_decimal")
+        with np.errstate(over="ignore"):                 # beyond float64's range: not its rounding
+            differ = np.argwhere(values.astype(np.float64) != getattr(rounded, name))
+        if differ.size:
+            at = tuple(int(k) for k in differ[0])
+            problems.append(f"{name}{_entry(at)}: {float(getattr(rounded, name)[at])!r} is not the rounding of "
+                            f"{name}_decimal{_entry(at)} = {_clipped(text[at])} ({len(differ)} such entries)")
         exact[name] = values
     if problems:
         raise InputError(problems, what="invalid high-precision weights")
     return sealed(**exact, skip=rounded.skip, bits=bits, prelayer=rounded.prelayer)
+
+
+# A decimal number as the weights' files write them: an optional sign, digits with an optional
+# point, an optional exponent (no spaces, underscores, nan or inf, which mpmath would also read).
+_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _entry(index: tuple) -> str:
+    """``[i, j, …]``, an entry's index as the messages write it."""
+    return "[" + ", ".join(str(int(i)) for i in index) + "]"
+
+
+def _clipped(text) -> str:
+    """A string from a file, quoted, cut to 40 characters."""
+    text = str(text)
+    return repr(text if len(text) <= 40 else text[:40] + "…")
 
 
 def check_compatible(weights: Weights, d: int, d_o: int) -> None:

@@ -905,3 +905,40 @@ def test_autos_measurement_at_unit_scale_says_so():
     stated = _stated_measurement(reason)[0]
     assert result.weights.bits is None and stated < 1e-10, reason       # the unit-scale figure
     assert "2^100" in reason and "the figures above are at that scale" in reason, reason
+
+
+@pytest.mark.parametrize("text, says", [
+    ("nan", r"W_D_decimal\[1, 0\]: 'nan' is not a decimal number"),
+    ("inf", r"W_D_decimal\[1, 0\]: 'inf' is not a decimal number"),
+    (" 0.5 ", r"W_D_decimal\[1, 0\]: ' 0.5 ' is not a decimal number"),
+    ("1_0", r"W_D_decimal\[1, 0\]: '1_0' is not a decimal number"),
+    ("abc", r"W_D_decimal\[1, 0\]: 'abc' is not a decimal number"),
+    ("1e999999", r"W_D\[1, 0\]: 0\.0 is not the rounding of W_D_decimal\[1, 0\] = '1e999999'"),
+    ("0.25", r"W_D\[1, 0\]: 0\.0 is not the rounding of W_D_decimal\[1, 0\] = '0\.25'")])
+def test_a_bad_decimal_weight_is_named_with_its_entry(tmp_path, text, says):
+    """From a hostile trial: "nan", "inf", " 0.5 ", "1_0" or "1e999999" in a decimal array read as
+    "the float64 array is not the rounding of W_D_decimal", and "abc" as "not decimal numbers",
+    neither naming the entry. The strings are the form the package writes (digits, a point, an
+    exponent), and the entry is named."""
+    data = synthetic("independent", T=7, n=3, d=4, seed=1)
+    arrays = build(data, 3, precision="128").weights.arrays()
+    arrays["W_D_decimal"] = arrays["W_D_decimal"].astype("<U64")
+    arrays["W_D_decimal"][1, 0] = text
+    path = tmp_path / "w.npz"
+    path.write_bytes(npz_bytes(arrays))
+    with pytest.raises(InputError, match=says):
+        load_weights(path)
+
+
+@settings(max_examples=200, deadline=None)
+@given(mantissa=st.integers(-2 ** 200, 2 ** 200), exponent=st.integers(-1300, 1000), bits=st.integers(53, 400))
+def test_every_decimal_the_package_writes_is_one_it_reads(mantissa, exponent, bits):
+    """The strict form the reader takes (digits, a point, an exponent) holds every string
+    the writer makes, from subnormal scales to past float64's range, at any precision."""
+    from construct.arith.mp import decimal_strings, from_decimal_strings
+    from construct.model import _DECIMAL
+    with mpmath.workprec(bits):
+        A = np.array([mpmath.ldexp(mpmath.mpf(mantissa), exponent)], dtype=object)
+    text = decimal_strings(A, bits)
+    assert _DECIMAL.fullmatch(str(text[0])), text[0]
+    assert from_decimal_strings(text, bits)[0] == A[0]
