@@ -251,7 +251,7 @@ def _cmd_verify(args) -> int:
     tolerance(args.tol, "--tol")                   # a bad option is refused before any file is read
     weights = load_weights(args.weights)
     data = load_dataset(args.data)
-    _note_other_classes("verify", Path(args.weights), data)
+    data = _in_the_builds_classes("verify", Path(args.weights), data)
     v = verify(weights, data, tol=args.tol, device=args.device)
     if args.json:
         print(json_bytes(v.to_dict()).decode(), end="")          # strict JSON: null for inf and NaN
@@ -292,7 +292,7 @@ def _cmd_export(args) -> int:
     check_file_target(args.out, "--out")
     data = load_dataset(data_file) if data_file is not None else None
     if data is not None:
-        _note_other_classes("export", Path(args.weights), data)
+        data = _in_the_builds_classes("export", Path(args.weights), data)
     linked, unlinked = _report_of(report, Path(args.weights))
     info = export(weights, args.format, args.out, dtype=args.dtype, data=data, tol=args.tol, report_sha256=linked)
     print(f"wrote        {info['path']} ({info['format']}, {info['dtype']})")
@@ -360,7 +360,7 @@ def _cmd_certify(args) -> int:
         if any(Path(os.path.realpath(p)).parent == here for p in inputs):
             folder, before = here, [file_sha256(p) for p in inputs]
     weights, data = load_weights(args.weights), load_dataset(args.data)
-    _note_other_classes("certify", Path(args.weights), data)
+    data = _in_the_builds_classes("certify", Path(args.weights), data)
     result = certify(weights, data, tol=tol, method=args.method or "auto",
                      progress=progress)
     lines = result.lines()
@@ -411,30 +411,47 @@ def _note_integer_targets(path) -> None:
               file=sys.stderr)
 
 
-def _note_other_classes(command: str, weights: Path, data) -> None:
-    """A note on standard error where the dataset's integer labels use other class ids than the
-    build of these weights did (as its report.json beside them records).
+def _in_the_builds_classes(command: str, weights: Path, data):
+    """``data`` with its integer labels' targets in the columns of the classes the build of
+    these weights had (as its report.json beside them records), where every id of the labels is
+    one of those: a part of the training set, say, whose own one-hot targets would have only the
+    columns of the classes it holds. Otherwise ``data`` as it is, with a note on standard error
+    where its class ids are not the build's.
 
-    The weights hold no class ids: output column ``j`` is the ``j``-th class in sorted order, so
-    labels 5, 6, 7 give the same targets as 0, 1, 2 and the check passes on the columns; a user
-    who maps columns back to ids with the build's list would read other classes.
+    The weights hold no class ids: output column ``j`` is the ``j``-th class of the build in
+    sorted order. Labels of other ids (5, 6, 7 for a build's 0, 1, 2) give targets in their own
+    sorted order, and the check compares those columns; a user who maps columns back to ids
+    with the build's list would read other classes.
     """
     import json
 
+    import numpy as np
+
+    from .data import Dataset, checked
+
     report = weights.parent / "report.json"
     if data.classes is None or _report_of(report, weights)[0] is None:
-        return
+        return data
     try:
         described = json.loads(report.read_bytes()).get("data")
         built = described.get("classes", (described.get("dataset") or {}).get("classes"))
     except (OSError, ValueError, AttributeError, RecursionError):
-        return
+        return data
     if (not isinstance(built, list) or not all(type(c) is int for c in built)   # noqa: E721 (not bool)
             or built == list(data.classes)):
-        return
+        return data
+    if set(data.classes) <= set(built):
+        column = {c: j for j, c in enumerate(built)}
+        Y = np.zeros((data.T, len(built)))
+        Y[:, [column[c] for c in data.classes]] = data.Y
+        print(f"mha-construct {command}: note: the dataset's labels hold classes {list(data.classes)} of the "
+              f"{built} these weights were built on ({report}): their targets take the build's columns",
+              file=sys.stderr)
+        return checked(Dataset(data.E, data.X, Y, classes=tuple(built)))
     print(f"mha-construct {command}: note: the dataset's class ids {list(data.classes)} are not those these weights "
           f"were built on ({built}, {report}); the check compares output columns (column j = the j-th class "
           "in sorted order), so it reads the dataset's ids in place of the build's", file=sys.stderr)
+    return data
 
 
 def _cmd_teach(args) -> int:

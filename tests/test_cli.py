@@ -871,3 +871,27 @@ def test_a_mistyped_option_is_named_with_its_command_s_usage_and_a_suggestion(tm
     assert "usage: mha-construct verify" in err and "unrecognized arguments: extra.npz" in err, err
     assert "did you mean" not in err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("command", ["verify", "certify", "export"])
+def test_labels_of_some_of_the_builds_classes_take_the_builds_columns(tmp_path, capsys, good, command):
+    """From a hostile trial: weights built on labels 5, 9, 100 could not be checked on the
+    examples of classes 5 and 9 alone ("weights produce d_o = 3 outputs, the labels Y have 2
+    columns"), though the report beside them names the build's classes. Labels whose ids are all
+    among the build's now take the build's columns (one-hot over its classes), and the command
+    says so; an id the build did not have keeps the column comparison."""
+    labels = np.array([5, 9, 5, 9, 100, 5, 9])
+    built = write(tmp_path / "a.npz", E=good["E"], X=good["X"], labels=labels)
+    part = write(tmp_path / "part.npz", E=good["E"][:4], X=good["X"][:4], labels=labels[:4])
+    assert run(["build", built, "--out", tmp_path / "run", "--quiet"], capsys)[0] == 0
+    weights = tmp_path / "run" / "weights.npz"
+
+    def argv(data):
+        return ([command, weights, "--data", data, "--format", "safetensors", "--out", tmp_path / "w.safetensors"]
+                if command == "export" else [command, weights, data])
+    code, out, err = run(argv(part), capsys)
+    assert code == 0, err
+    assert "classes [5, 9]" in err and "[5, 9, 100]" in err and "the build's columns" in err
+    other = write(tmp_path / "other.npz", E=good["E"][:4], X=good["X"][:4], labels=np.array([5, 7, 5, 7]))
+    code, _, err = run(argv(other), capsys)
+    assert code == 2 and "the build's columns" not in err
