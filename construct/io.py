@@ -526,6 +526,7 @@ class OutputFolder:
                 os.mkdir(stage)
                 for name, payload in files.items():
                     _write_file(stage / name, payload, 0o666 & ~_umask())
+                    _keep_mode(stage / name, _status(folder / name, stat.S_ISREG))   # as the folder's own
                 name = folder.name
                 _keep_mode(stage, _status(folder, stat.S_ISDIR))   # a private folder stays private
                 _fsync_dir(stage)

@@ -803,3 +803,19 @@ def test_a_lock_path_that_is_not_a_plain_file_is_refused_by_name(tmp_path, capsy
     code, err = build(parent / "lk", *SMALL, capsys=capsys)
     assert code == 2 and ".lk.mha-construct.lock" in err and "Traceback" not in err, err
     assert not target.exists() and not (parent / "lk").exists()
+
+
+def test_a_rebuild_keeps_each_files_permissions(tmp_path, capsys):
+    """From a hostile trial: a `chmod 444` weights.npz came back 0644 from a rebuild, where a
+    file written over keeps its own permissions (single-file outputs do, and the folder does).
+    Each file of the new set takes the mode of the file it replaces; a new name, the umask's."""
+    import stat
+    out = tmp_path / "run"
+    assert main(["build", *SMALL, "--out", str(out), "--quiet"]) == 0
+    (out / "weights.npz").chmod(0o444)
+    (out / "report.json").chmod(0o600)
+    default = stat.S_IMODE((out / "data.npz").stat().st_mode)
+    assert main(["build", *SMALL, "--seed", "1", "--out", str(out), "--quiet"]) == 0
+    modes = {name: stat.S_IMODE((out / name).stat().st_mode) for name in SET}
+    assert modes == {"weights.npz": 0o444, "data.npz": default, "report.json": 0o600}
+    capsys.readouterr()
