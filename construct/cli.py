@@ -954,8 +954,21 @@ class _Stdout:
         return getattr(self._stream, name)
 
 
+def console() -> int:
+    """The ``mha-construct`` console script (and ``python -m construct``): :func:`main`, then
+    SIGINT and SIGTERM ignored while the interpreter exits. The command is done and its exit
+    code stands: Python restores their default actions as it finalizes, and the teardown of
+    onnxruntime or torch took up to half a second, in which Ctrl-C killed the process by the
+    signal, without a word. (Not :func:`main` itself, which a program may call and go on.)"""
+    try:
+        return main()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``mha-construct`` console script; returns the exit code."""
+    """Entry point of the ``mha-construct`` command line; returns the exit code."""
     restore = _escape_what_stdout_cannot_encode()
     io = sys.modules.get(f"{__package__}.io")           # imported by an earlier command in this process
     if io is not None:
