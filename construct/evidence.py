@@ -172,7 +172,8 @@ class BuildResult:
 
     def save(self, folder, *, force: bool = False) -> None:
         """Write ``weights.npz``, ``data.npz`` and ``report.json`` into ``folder`` as one set, as
-        ``mha-construct build --out`` does (``force``: replace a folder holding other files).
+        ``mha-construct build --out`` does: a ``certificate.json`` there goes with the old set (it
+        certified the old weights); ``force``: replace a folder holding other files too.
 
         Raises:
             InputError: the weights or data are not those the build verified (replaced or edited
@@ -189,7 +190,7 @@ class BuildResult:
             source["classes"] = list(self.data.classes)
         report = build_report(self, data_source=source, data_sha256=sha256(data),
                               weights_sha256=sha256(weights), total_seconds=sum(self.timings.values()))
-        with OutputFolder(folder, ("weights.npz", "data.npz", "report.json"), force=force) as out:
+        with OutputFolder(folder, ("weights.npz", "data.npz", "report.json", "certificate.json"), force=force) as out:
             out.publish({"weights.npz": weights, "data.npz": data, "report.json": json_bytes(report)})
 
     def __repr__(self) -> str:

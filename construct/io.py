@@ -471,7 +471,7 @@ class OutputFolder:
                                      if e.name not in self.names or e.is_dir(follow_symlinks=False))
                 if foreign:
                     shown = ", ".join(foreign[:10]) + (f", … ({len(foreign)} in all)" if len(foreign) > 10 else "")
-                    raise InputError(f"{str(folder)!r} holds files this command does not write ({shown}); "
+                    raise InputError(f"{str(folder)!r} holds files a build does not write ({shown}); "
                                      "choose another folder, move them, or pass --force (force=True in "
                                      "Python) to replace the folder's whole content", what="output folder in use")
         except BaseException:

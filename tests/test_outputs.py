@@ -819,3 +819,22 @@ def test_a_rebuild_keeps_each_files_permissions(tmp_path, capsys):
     modes = {name: stat.S_IMODE((out / name).stat().st_mode) for name in SET}
     assert modes == {"weights.npz": 0o444, "data.npz": default, "report.json": 0o600}
     capsys.readouterr()
+
+
+def test_saving_a_build_from_python_replaces_a_certificate_as_the_command_line_does(tmp_path, capsys):
+    """From a new user's walk through docs/own-data.md: after its shell steps (build, then
+    certify --out run/certificate.json), its Python step `result.save("run")` was refused ("holds
+    files this command does not write (certificate.json)"), where `mha-construct build --out run`
+    replaces the certificate with the old set. save() now does as the command line does; other
+    files are still refused, in words that fit Python too."""
+    from construct import build, synthetic
+    run = tmp_path / "run"
+    assert main(["build", *SMALL, "--out", str(run), "--quiet"]) == 0
+    assert main(["certify", str(run / "weights.npz"), str(run / "data.npz"), "--out", str(run / "certificate.json")]) == 0
+    result = build(synthetic("independent", T=7, n=3, d=4, seed=5), 3)
+    result.save(run)
+    assert sorted(p.name for p in run.iterdir()) == sorted(SET)
+    (run / "notes.txt").write_text("mine")
+    with pytest.raises(construct.InputError, match=r"holds files a build does not write \(notes.txt\)"):
+        result.save(run)
+    capsys.readouterr()
