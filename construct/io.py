@@ -677,7 +677,7 @@ def load_npz(path: str | os.PathLike, *, what: str, allowed, other: tuple[str, C
             problems = [f"{str(path)!r}: {other[0]}: were the files given the other way round?",
                         *(p for p in problems if not p.startswith("unexpected member"))]
         if problems:
-            raise InputError(problems, what=f"{cannot} (nothing was inflated)")
+            raise InputError(problems, what=f"{cannot} (no array was loaded)")
         total = 0
         for info in infos:
             key = info.filename[:-4]
@@ -696,7 +696,7 @@ def load_npz(path: str | os.PathLike, *, what: str, allowed, other: tuple[str, C
         if not problems and total > free:
             problems.append(f"the arrays of {str(path)!r} need {gib(total)} of memory; {gib(free)} is available")
         if problems:
-            raise InputError(problems, what=f"{cannot} (nothing was inflated)")
+            raise InputError(problems, what=f"{cannot} (no array was loaded)")
         out = {}
         for info in infos:
             key = info.filename[:-4]
