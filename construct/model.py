@@ -448,6 +448,8 @@ def feature_matrix(E, X, weights: Weights, ar: Arithmetic | None = None, *, laye
             with float64 weights and ``ar`` None, float64 overflows on some examples (their
             rows of ``Z`` would be NaN).
     """
+    if ar is None:                  # the caller's weights (the engine's come with their arithmetic)
+        weights = checked_weights(weights)
     public = ar is None and weights.bits is None if isinstance(weights, Weights) else False
     E, X = _public_inputs(E, X, weights, ar)
     layered = None if layered is None else flag(layered, "layered")
@@ -554,7 +556,8 @@ def forward(E, X, weights: Weights, ar: Arithmetic | None = None):
     weights also object arrays of mpmath numbers. ``T = 0`` gives an empty (0, d_o) result.
 
     Raises:
-        InputError: ``E`` (T, n, d) and ``X`` (T, d) do not have those shapes, with the weights'
+        InputError: the weights are not valid :class:`Weights` (made by hand: as :func:`as_weights`
+            checks them); ``E`` (T, n, d) and ``X`` (T, d) do not have those shapes, with the weights'
             ``d``, or hold something else than finite real numbers (named by example); or, with
             float64 weights, float64 overflows on some examples (inputs far larger than those the
             weights were built for): the exact model is finite there, float64 cannot say what it is.
@@ -563,6 +566,8 @@ def forward(E, X, weights: Weights, ar: Arithmetic | None = None):
     if misplaced:
         raise InputError(f"{' and '.join(misplaced)}: got the weights; the call is forward(E, X, weights)",
                          what="invalid arguments")
+    if ar is None:                  # weights made by hand (construct.Weights) are checked as verify does
+        weights = checked_weights(weights)
     high = isinstance(weights, Weights) and weights.bits is not None
     E, X = _public_inputs(E, X, weights, ar)
     if ar is not None:

@@ -1316,3 +1316,33 @@ def test_prelayer_auto_at_float64s_limit_is_refused_without_warnings(small, top)
         warnings.simplefilter("error")
         with pytest.raises(InputError, match="data out of range"):
             build(data, 3, prelayer="auto")
+
+
+@pytest.mark.parametrize("change, says", [
+    (dict(skip="no"), r"skip"),
+    (dict(prelayer="bogus"), r"prelayer"),
+    (dict(bits=7), r"high-precision weights come from build or load_weights"),
+    (dict(W_V=np.full((3, 4, 1), np.nan)), r"W_V"),
+    (dict(W_O=np.ones((5, 4))), r"W_O"),
+    (dict(W_K=[[[1.0]]]), r"W_K")])
+@pytest.mark.parametrize("call", ["forward", "feature_matrix"])
+def test_forward_and_feature_matrix_check_weights_made_by_hand(change, says, call):
+    """From a hostile trial: forward and feature_matrix took construct.Weights(...) made by hand
+    as they were: skip="no" acted as True, prelayer="bogus" as the mean shift, bits=7 evaluated
+    in 7-bit mpmath, a wrong W_O shape raised matmul's ValueError, and NaN weights were blamed on
+    the inputs ("the inputs there are far larger than..."). verify and certify refused them by
+    name; these now do too."""
+    from dataclasses import replace
+    from construct import feature_matrix, forward
+    from construct.model import Weights
+    data = synthetic("independent", T=7, n=3, d=4, seed=1)
+    w = build(data, 3).weights
+    arrays = {k: np.array(getattr(w, k)) for k in ("W_K", "W_Q", "W_V", "W_O", "W_D")}
+    given = {**arrays, "skip": w.skip, "prelayer": None, "bits": None, **change}
+    hand = Weights(**given)
+    with pytest.raises(InputError, match=says):
+        if call == "forward":
+            forward(data.E, data.X, hand)
+        else:
+            feature_matrix(data.E, data.X, hand)
+    assert np.array_equal(forward(data.E, data.X, Weights(**arrays, skip=w.skip)), forward(data.E, data.X, w))
