@@ -1346,3 +1346,31 @@ def test_forward_and_feature_matrix_check_weights_made_by_hand(change, says, cal
         else:
             feature_matrix(data.E, data.X, hand)
     assert np.array_equal(forward(data.E, data.X, Weights(**arrays, skip=w.skip)), forward(data.E, data.X, w))
+
+
+@pytest.mark.parametrize("V, rank", [([[1e20, 0.0], [0.0, 1.0]], 2),
+                                     ([[1.7e308, 1.7e308], [1.7e308, -1.7e308]], 2),
+                                     ([[1e-320, 0.0], [0.0, 1.0]], 2),
+                                     ([[0.0, 0.0], [0.0, 1.0]], 0),
+                                     ([[1e20, 0.0], [3e-300, 0.0], [0.0, 1.0]], 1)])
+def test_kruskal_rank_does_not_depend_on_the_vectors_sizes(V, rank):
+    """From a hostile trial: kruskal_rank, documented as exact, gave 1 for [[1e20, 0], [0, 1]],
+    0 for rows near 1.7e308 (the rank's own arithmetic overflowed) and 1 with a subnormal row:
+    each subset's rank was decided at the largest row's scale. Independence does not depend on
+    the rows' sizes; each row is now brought to unit size (by a power of two, exactly) first."""
+    from construct.assumptions import kruskal_check, kruskal_rank
+    assert kruskal_rank(np.array(V)) == rank
+    assert kruskal_check(np.array(V), 2, "queries").exact_holds == (rank >= 2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), m=st.integers(1, 6), d=st.integers(1, 4),
+       shifts=st.lists(st.integers(-900, 900), min_size=6, max_size=6), dependent=st.booleans())
+def test_kruskal_rank_is_the_same_after_scaling_rows_by_powers_of_two(seed, m, d, shifts, dependent):
+    from construct.assumptions import kruskal_rank
+    rng = np.random.default_rng(seed)
+    V = rng.standard_normal((m, d))
+    if dependent and m > 1:
+        V[-1] = V[0] * 3.0                       # a repeated direction: rank 1
+    scaled = np.ldexp(V, np.array(shifts[:m])[:, None])
+    assert kruskal_rank(scaled) == kruskal_rank(V)
