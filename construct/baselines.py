@@ -65,9 +65,10 @@ def gradient_descent(data: Dataset, heads: int, *, head_dim: int | None = None, 
             ``skip``): a run trains the model it starts from.
         optimizer: ``"adam"`` (the paper's recipe, with its schedule) or ``"sgd"`` (plain gradient
             descent at ``lr``, no schedule).
-        prelayer: ``"mean-shift"``: the model with Proposition 4's pre-layer, from the random
-            start (the model that data with repeated queries needs). With ``init``, the model is
-            ``init``'s, pre-layer included; a different ``prelayer`` is refused.
+        prelayer: None or ``"none"`` (default: no pre-layer); ``"mean-shift"``: the model with
+            Proposition 4's pre-layer, from the random start (the model that data with repeated
+            queries needs). With ``init``, the model is ``init``'s, pre-layer included; a different
+            ``prelayer`` is refused.
 
     Raises:
         InputError: an option or ``init`` as above, a model too large for the memory, or torch
@@ -88,8 +89,10 @@ def gradient_descent(data: Dataset, heads: int, *, head_dim: int | None = None, 
     d_v = d_o if value_dim is None else integer(value_dim, "value_dim")
     if optimizer not in ("adam", "sgd"):
         raise InputError(f"optimizer must be adam or sgd, got {optimizer!r}", what="invalid option")
+    if isinstance(prelayer, str) and prelayer == "none":         # as build and as_weights take it
+        prelayer = None
     if prelayer not in (None, "mean-shift"):
-        raise InputError(f"prelayer must be None or 'mean-shift', got {prelayer!r}", what="invalid option")
+        raise InputError(f"prelayer must be None, 'none' or 'mean-shift', got {prelayer!r}", what="invalid option")
     if init is not None:
         if not isinstance(init, Weights):
             raise InputError(f"init must be Weights (construct.load_weights, as_weights or a build's), got "

@@ -1374,3 +1374,18 @@ def test_kruskal_rank_is_the_same_after_scaling_rows_by_powers_of_two(seed, m, d
         V[-1] = V[0] * 3.0                       # a repeated direction: rank 1
     scaled = np.ldexp(V, np.array(shifts[:m])[:, None])
     assert kruskal_rank(scaled) == kruskal_rank(V)
+
+
+def test_class_ids_beyond_64_bits_are_refused_for_that_reason_and_prelayer_none_is_none():
+    """From a hostile trial: labels [2**200, -2**200, 0, 0, 1] were refused as "expected a 1-D
+    integer array, got object", where the docs said ids may be "huge": they may be any 64-bit
+    integers, and the refusal says that. gradient_descent refused prelayer="none", which build
+    and as_weights take."""
+    from construct.baselines import gradient_descent
+    data = synthetic("independent", T=5, n=3, d=4, seed=0)
+    with pytest.raises(InputError, match=r"labels: class ids must fit in 64-bit integers"):
+        as_dataset(data.E, data.X, labels=[2 ** 200, -2 ** 200, 0, 0, 1])
+    big = as_dataset(data.E, data.X, labels=[2 ** 63 - 1, -2 ** 63, 0, 0, 1])
+    assert big.classes == (-2 ** 63, 0, 1, 2 ** 63 - 1)
+    run = gradient_descent(data, 2, steps=1, prelayer="none", seed=0)
+    assert run.weights.prelayer is None
