@@ -13,7 +13,8 @@ import numpy as np
 
 from .errors import InputError
 from .io import load_npz, npz_bytes
-from .limits import as_float64, finite_examples, flag, integer, real_array, require_memory, restore_read_only, same_values, shape_of
+from .limits import (as_float64, finite_examples, flag, integer, locked, real_array, require_memory, restore_read_only,
+                     same_values, shape_of)
 
 SYNTHETIC_KINDS = ("independent", "shared", "general-position")
 
@@ -107,10 +108,8 @@ def _numeric(name: str, value, problems: list[str]) -> np.ndarray | None:
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
-    """A private, read-only, C-ordered float64 copy."""
-    out = np.array(a, dtype=np.float64, order="C", copy=True)
-    out.flags.writeable = False
-    return out
+    """A private, read-only (:func:`~construct.limits.locked`), C-ordered float64 copy."""
+    return locked(np.array(a, dtype=np.float64, order="C", copy=True))
 
 
 def as_dataset(E, X, Y=None, *, labels=None) -> Dataset:

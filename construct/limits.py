@@ -107,6 +107,19 @@ def restore_read_only(obj, state: dict) -> bool:
     return claimed
 
 
+def locked(a: np.ndarray) -> np.ndarray:
+    """An array the engine owns (``a``, made or copied by it), read-only for good: a read-only
+    view of it made read-only too. NumPy lets a view's flag back to writeable only where its base
+    is writeable, so ``flags.writeable = True`` on the result is refused (on ``a`` itself it
+    worked, and an edit locked again passed as validated)."""
+    if not a.flags.owndata:
+        a = a.copy()                        # a view of someone's writeable buffer: made our own
+    a.flags.writeable = False
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
 def _read_only(a: np.ndarray) -> np.ndarray:
     if not a.flags.writeable:
         return a

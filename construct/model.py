@@ -19,7 +19,8 @@ from .arith.mp import decimal_strings, from_decimal_strings
 from .arith.threads import row_blocks
 from .errors import InputError, numpy_error_defaults
 from .io import load_npz, npz_bytes
-from .limits import as_float64, finite_examples, flag, index_list, integer, real_array, restore_read_only, same_values, shape_of
+from .limits import (as_float64, finite_examples, flag, index_list, integer, locked, real_array, restore_read_only,
+                     same_values, shape_of)
 
 
 def capacity(H: int, n: int, d_h: int) -> int:
@@ -186,9 +187,7 @@ PRELAYER_VERSION = 1
 def sealed(W_K, W_Q, W_V, W_O, W_D, skip: bool, bits: int | None, prelayer: str | None = None) -> Weights:
     """:class:`Weights` over read-only arrays, marked as validated: for arrays the engine made or
     copied itself (no caller holds a reference that could change them)."""
-    arrays = {"W_K": W_K, "W_Q": W_Q, "W_V": W_V, "W_O": W_O, "W_D": W_D}
-    for a in arrays.values():
-        a.flags.writeable = False
+    arrays = {name: locked(a) for name, a in (("W_K", W_K), ("W_Q", W_Q), ("W_V", W_V), ("W_O", W_O), ("W_D", W_D))}
     weights = Weights(**arrays, skip=bool(skip), bits=bits, prelayer=prelayer)
     object.__setattr__(weights, "validated", True)
     return weights

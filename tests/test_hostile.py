@@ -1389,3 +1389,18 @@ def test_class_ids_beyond_64_bits_are_refused_for_that_reason_and_prelayer_none_
     assert big.classes == (-2 ** 63, 0, 1, 2 ** 63 - 1)
     run = gradient_descent(data, 2, steps=1, prelayer="none", seed=0)
     assert run.weights.prelayer is None
+
+
+def test_a_datasets_and_a_builds_arrays_cannot_be_made_writeable_again():
+    """From a hostile trial: `data.Y.flags.writeable = True` worked (the arrays owned their
+    memory), and an edit locked again was trusted as validated (a NaN reached build as a raw
+    LinAlgError). The arrays are now read-only views of read-only arrays, whose flag NumPy does
+    not let back to True."""
+    data = synthetic("independent", T=7, n=3, d=4, seed=1)
+    made = as_dataset(np.array(data.E), np.array(data.X), np.array(data.Y))
+    w = build(data, 3).weights
+    for a in (data.E, data.X, data.Y, made.E, made.Y, w.W_K, w.W_Q, w.W_V, w.W_O, w.W_D):
+        with pytest.raises(ValueError):
+            a.flags.writeable = True
+    assert verify(w, data).passed
+
