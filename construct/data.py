@@ -156,6 +156,8 @@ def as_dataset(E, X, Y=None, *, labels=None) -> Dataset:
         problems.append(f"E: empty contexts or tokens, shape {E.shape}")
     if Y is not None and Y.shape[1] == 0:
         problems.append("Y: zero output columns")
+    if not problems:                          # the copies below: named, not a MemoryError
+        require_memory(8 * sum(v.size for v in present.values()), f"a dataset of T = {E.shape[0]} examples")
     for name, arr in present.items():
         finite_examples(name, arr, problems)
     if not problems and classes is not None and len(classes) > E.shape[2]:

@@ -234,8 +234,13 @@ def index_list(idx, limit: int = 20) -> str:
 
 
 def finite_examples(name: str, arr: np.ndarray, problems: list[str]) -> None:
-    """Append to ``problems`` the examples (first axis) of ``arr`` that hold NaN or inf."""
-    bad = ~np.isfinite(arr).all(axis=tuple(range(1, arr.ndim)))         # per example; empty arrays too
+    """Append to ``problems`` the examples (first axis) of ``arr`` that hold NaN or inf. In
+    blocks of examples of about a million entries: the test's temporary for the whole array was
+    as large as the array (a broadcast view of 10^9 examples ran out of memory there)."""
+    axes = tuple(range(1, arr.ndim))
+    step = max(1, (1 << 20) // max(1, math.prod(arr.shape[1:])))
+    bad = np.concatenate([~np.isfinite(arr[i:i + step]).all(axis=axes) for i in range(0, arr.shape[0], step)]
+                         or [np.zeros(0, dtype=bool)])                  # per example; empty arrays too
     if bad.any():
         problems.append(f"{name}: non-finite values (NaN or inf) in example(s) {index_list(np.flatnonzero(bad))}")
 

@@ -19,8 +19,8 @@ from .arith.mp import decimal_strings, from_decimal_strings
 from .arith.threads import row_blocks
 from .errors import InputError, numpy_error_defaults
 from .io import load_npz, npz_bytes
-from .limits import (as_float64, finite_examples, flag, index_list, integer, locked, real_array, restore_read_only,
-                     same_values, shape_of)
+from .limits import (as_float64, finite_examples, flag, index_list, integer, locked, real_array, require_memory,
+                     restore_read_only, same_values, shape_of)
 
 
 def capacity(H: int, n: int, d_h: int) -> int:
@@ -602,6 +602,9 @@ def _public_inputs(E, X, weights: Weights, ar: Arithmetic | None):
     elif ar is None:
         E, X = _real_inputs(E, X)
     _check_inputs(E, X, weights)
+    if ar is None:                          # Z and the outputs: named, not a MemoryError
+        require_memory(8 * E.shape[0] * (weights.H * weights.d + weights.d_o),
+                       f"the model on T = {E.shape[0]} examples (H = {weights.H})")
     return E, X
 
 

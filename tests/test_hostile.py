@@ -1404,3 +1404,19 @@ def test_a_datasets_and_a_builds_arrays_cannot_be_made_writeable_again():
             a.flags.writeable = True
     assert verify(w, data).passed
 
+
+def test_inputs_too_large_for_memory_are_a_request_too_large_not_a_memory_error(monkeypatch):
+    """From a hostile trial: as_dataset, forward and feature_matrix on a broadcast view of 10^9
+    examples raised a raw MemoryError (the finiteness test's temporary, then the copy), where
+    synthetic, build and check_assumptions answer such requests with an InputError naming the
+    memory needed. Here the machine is made small instead of the request large."""
+    import construct.limits as limits
+    from construct import feature_matrix
+    data = synthetic("independent", T=7, n=3, d=4, seed=1)
+    w = build(data, 3).weights
+    E, X = np.broadcast_to(data.E[:1], (4000, 3, 4)), np.broadcast_to(data.X[:1], (4000, 4))
+    monkeypatch.setattr(limits, "available_memory", lambda: 100_000)      # 0.1 MB
+    for call in (lambda: as_dataset(E, X, np.zeros(4000)), lambda: forward(E, X, w), lambda: feature_matrix(E, X, w)):
+        with pytest.raises(InputError, match=r"request too large.*needs about .* of memory"):
+            call()
+    assert forward(data.E, data.X, w).shape == (7, 1)
