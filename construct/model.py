@@ -131,7 +131,17 @@ class Weights:
                        prelayer=self.prelayer)
 
     def to_bytes(self) -> bytes:
-        """The weights as a reproducible ``.npz`` file's bytes."""
+        """The weights as a reproducible ``.npz`` file's bytes.
+
+        Raises:
+            InputError: a matrix holds NaN or inf (a diverged training run's): load_weights
+                would refuse the file.
+        """
+        bad = [name for name in _MATRICES
+               if np.asarray(getattr(self, name)).dtype != object and not np.isfinite(getattr(self, name)).all()]
+        if bad:
+            raise InputError(f"{', '.join(bad)}: non-finite values (NaN or inf); load_weights would refuse the "
+                             "file, so it is not written", what="invalid weights")
         return npz_bytes(self.arrays())
 
     def save(self, path: str | os.PathLike) -> None:

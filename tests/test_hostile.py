@@ -1420,3 +1420,16 @@ def test_inputs_too_large_for_memory_are_a_request_too_large_not_a_memory_error(
         with pytest.raises(InputError, match=r"request too large.*needs about .* of memory"):
             call()
     assert forward(data.E, data.X, w).shape == (7, 1)
+
+
+def test_weights_that_load_weights_would_refuse_are_not_written(tmp_path):
+    """From a hostile trial: gradient descent that diverged (sgd at lr = 1e10) gave NaN weights,
+    as its docs allow; `.save()` wrote them without a word, and load_weights then refused the
+    file. Writing them is refused, naming the matrices, and nothing is written."""
+    from construct.baselines import gradient_descent
+    data = synthetic("independent", T=7, n=3, d=4, seed=1)
+    w = gradient_descent(data, 3, lr=1e10, optimizer="sgd", steps=50, seed=0).weights
+    assert not np.isfinite(w.W_K).all()
+    with pytest.raises(InputError, match=r"non-finite values.*load_weights would refuse"):
+        w.save(tmp_path / "w.npz")
+    assert not (tmp_path / "w.npz").exists()
