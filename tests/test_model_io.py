@@ -264,8 +264,9 @@ def test_unpickled_and_copied_datasets_and_weights_are_checked_again():
         assert twin == data and verify(weights, twin).passed
     edited, bad = copy.deepcopy(data), copy.deepcopy(weights)
     for obj, name, value in ((edited, "E", np.nan), (bad, "W_K", np.inf)):
-        getattr(obj, name).flags.writeable = True        # it owns its memory: numpy allows it
-        getattr(obj, name)[(0,) * getattr(obj, name).ndim] = value
+        base = getattr(obj, name).base                   # a locked view's own flag cannot be set back:
+        base.flags.writeable = True                      # its base's, deliberately
+        base[(0,) * base.ndim] = value
     for copied in (lambda o: pickle.loads(pickle.dumps(o)), copy.deepcopy, copy.copy):
         with pytest.raises(InputError, match=r"E: non-finite values \(NaN or inf\) in example\(s\) 0"):
             build(copied(edited))
