@@ -54,13 +54,15 @@ class Verification:
         rank_tol: the tolerance the rank was decided with.
         max_abs_error: ``max |f(E, x) − y|`` over the dataset.
         tol: allowed error, ``tol_rel · max(1, max |Y|)``.
-        passed: every label reproduced within ``tol`` and ``rank Z = T``.
+        passed: every label reproduced within ``tol`` and ``rank Z = T``; never where some
+            examples' double words overflowed (``outputs`` says so): float64's measure of those
+            is reported, but the detector has judged it unreliable.
         device: where it ran (``"cpu"`` or ``"gpu"``), and ``device_reason`` why.
         outputs: how the outputs were evaluated: the arithmetic's own forward pass (its name), or
             ``"double words"`` where float64's rounding reaches the tolerance (shared contexts,
             :mod:`construct.accurate`); ``"double words, float64 where they overflow"`` where
             some examples' double words overflowed (outputs near 1e300) and float64's finite
-            outputs gave their error.
+            outputs gave their error (which cannot pass them).
         float64_error: where the outputs are in double words, the float64 evaluation's own
             ``max |f − y|`` (of the outputs from ``Z``; a float64 forward pass in another order,
             ``construct.forward``'s or an export's, rounds as much but not alike): what float64
@@ -108,7 +110,7 @@ def check(ar: Arithmetic, Z, weights: Weights, data: Dataset, tol: float = DEFAU
     double words then take the layer's outputs in double words too.
     """
     allowed = allowed_error(tol, float(np.abs(ar.to_host(data.Y)).max()))
-    how, sigma_above, err64 = ar.name, None, None
+    how, sigma_above, err64, unsettled = ar.name, None, None, False
     float64 = weights.bits is None and ar.weights_bits is None
     with np.errstate(over="ignore", invalid="ignore"):        # overflow is a failure, not a warning
         if outputs is None or float64:
@@ -124,10 +126,12 @@ def check(ar: Arithmetic, Z, weights: Weights, data: Dataset, tol: float = DEFAU
             if float64:
                 err64 = _largest(np.abs(gaps).max())
                 # Double words split products, and that overflows from about 1e300 on, where the
-                # outputs (and float64's) are finite: there float64's measure stands.
+                # outputs (and float64's) are finite: there float64's measure is reported, but it
+                # cannot pass them, since the detector has just judged float64 unreliable.
                 overflowed = ~np.all(np.isfinite(words), axis=1) & np.all(np.isfinite(gaps), axis=1)
                 if overflowed.any():
                     words, how = np.where(overflowed[:, None], gaps, words), f"{how}, {OVERFLOW_FALLBACK}"
+                    unsettled = True
             gaps = words
         err = _largest(np.abs(gaps).max())
     if Z.dtype != object and not _all_finite(ar, Z):   # overflowed logits: no rank
@@ -137,7 +141,8 @@ def check(ar: Arithmetic, Z, weights: Weights, data: Dataset, tol: float = DEFAU
     r = _row_rank(ar, Z, data.E, reduction, overwrite, sigma_above)
     return Verification(T=data.T, rank_Z=r.rank, sigma_min_Z=r.sigma_min, sigma_max_Z=r.sigma_max,
                         rank_tol=r.tol, max_abs_error=err, tol=allowed,
-                        passed=bool(err <= allowed and r.rank == data.T), outputs=how, float64_error=err64)
+                        passed=bool(err <= allowed and r.rank == data.T and not unsettled), outputs=how,
+                        float64_error=err64)
 
 
 def _largest(value) -> float:

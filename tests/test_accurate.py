@@ -467,6 +467,26 @@ def test_verify_does_not_pass_logits_that_float64_rounds_alike_in_every_order(sh
     assert rounding_visible(w, E[0] if shared else E, X, Y, allowed=1e-8)
 
 
+def test_where_the_double_words_overflow_float64_does_not_decide_a_pass(tmp_path, capsys):
+    """From review: the overflow fallback let float64's measure decide `passed` on exactly the
+    examples where the detector had judged float64 unreliable. The weights above, whose exact
+    model misses a label by 0.23, with W_D and the labels scaled by 2^996 (exact, no decision
+    changes) passed with error 0: the double words overflowed there and float64's 0 stood. Such
+    examples now fail the check, whatever float64 says."""
+    w = _huge_logit_weights()
+    E = np.array([[[1.0, 1.0], [1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]]])
+    X = np.array([[1.0, 0.0], [1.0, 0.0]])
+    big = as_weights(w.W_K, w.W_Q, w.W_V, w.W_O, np.ldexp(np.asarray(w.W_D), 996), skip=False)
+    v = verify(big, as_dataset(E, X, np.ldexp(forward(E, X, w), 996)))
+    assert v.outputs == "double words, float64 where they overflow" and not v.passed, v
+    assert v.max_abs_error <= v.tol                     # float64's measure, which passes: not enough
+    from construct.cli import main
+    big.save(tmp_path / "w.npz")
+    as_dataset(E, X, np.ldexp(forward(E, X, w), 996)).save(tmp_path / "d.npz")
+    assert main(["verify", str(tmp_path / "w.npz"), str(tmp_path / "d.npz")]) == 1
+    assert "FAIL: the double words overflowed on some examples" in capsys.readouterr().out
+
+
 @settings(max_examples=60, deadline=None)
 @given(T=st.integers(0, 6), n=st.integers(1, 3), d=st.integers(1, 3), seed=st.integers(0, 2 ** 32 - 1),
        differ=st.integers(-1, 5), signed_zero=st.booleans())
