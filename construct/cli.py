@@ -341,6 +341,7 @@ def _cmd_certify(args) -> int:
             raise InputError(f"{args.check}: cannot be read ({exc.strerror or exc})", what="invalid certificate")
         cert = read_certificate(text)
         weights, data = load_weights(args.weights), load_dataset(args.data)
+        data = _in_the_builds_classes("certify", Path(args.weights), data)   # as certify read them
         problems = check_certificate(cert, weights, data, progress=progress)
         if problems:
             print("certificate REJECTED:\n  " + "\n  ".join(listed(problems)))

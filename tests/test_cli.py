@@ -895,3 +895,18 @@ def test_labels_of_some_of_the_builds_classes_take_the_builds_columns(tmp_path, 
     other = write(tmp_path / "other.npz", E=good["E"][:4], X=good["X"][:4], labels=np.array([5, 7, 5, 7]))
     code, _, err = run(argv(other), capsys)
     assert code == 2 and "the build's columns" not in err
+
+
+def test_a_certificate_of_part_of_the_builds_classes_passes_its_own_check(tmp_path, capsys, good):
+    """From review: certify put labels of some of the build's classes in the build's columns and
+    certified that dataset, but `certify ... --check`, the command it prints, read the labels
+    without the build's columns and refused them ("weights produce d_o = 3 outputs, the labels Y
+    have 2 columns")."""
+    labels = np.array([5, 9, 5, 9, 100, 5, 9])
+    built = write(tmp_path / "a.npz", E=good["E"], X=good["X"], labels=labels)
+    part = write(tmp_path / "part.npz", E=good["E"][:4], X=good["X"][:4], labels=labels[:4])
+    assert run(["build", built, "--out", tmp_path / "run", "--quiet"], capsys)[0] == 0
+    weights, cert = tmp_path / "run" / "weights.npz", tmp_path / "cert.json"
+    assert run(["certify", weights, part, "--out", cert], capsys)[0] == 0
+    code, out, err = run(["certify", weights, part, "--check", cert], capsys)
+    assert code == 0 and "certificate ACCEPTED" in out, out + err
