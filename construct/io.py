@@ -411,11 +411,14 @@ class OutputFolder:
 
     def __init__(self, folder: str | os.PathLike, names, *, force: bool = False):
         given = as_path(folder, "output folder")
-        whole = Path(os.path.abspath(given))
-        for part in (whole, *whole.parents):       # no folder is made through a link
-            if os.path.islink(part) and not os.path.exists(part):     # (False on any OSError: named later)
-                raise InputError(f"output folder {str(folder)!r}: {str(part)!r} is a link to "
-                                 f"{os.path.realpath(part)!r}, which does not exist; make that folder or "
+        # No folder is made through a link: each prefix of the path as written (`..` included,
+        # which the system takes after the link, not as text), a dangling link refused.
+        prefix = ""
+        for name in given.parts:
+            prefix = os.path.join(prefix, name)
+            if os.path.islink(prefix) and not os.path.exists(prefix):   # (False on any OSError: named later)
+                raise InputError(f"output folder {str(folder)!r}: {prefix!r} is a link to "
+                                 f"{os.path.realpath(prefix)!r}, which does not exist; make that folder or "
                                  "name another", what="invalid output folder")
         self.folder = Path(os.path.realpath(given))
         self.names = frozenset(names)

@@ -392,17 +392,17 @@ def test_single_file_outputs_refuse_the_files_of_any_builds_set(tmp_path, capsys
     assert main(["certify", weights, data, "--out", str(tmp_path / "free" / "weights.npz")]) == 0
 
 
-@pytest.mark.parametrize("below", ["", "run"])
+@pytest.mark.parametrize("below", ["", "run", "../run"])
 def test_build_refuses_an_output_folder_behind_a_dangling_link(tmp_path, capsys, below):
     """From a hostile trial: `build --out dangling` with `dangling -> /nonexistent` made
     /nonexistent at the file system's root and wrote the set there. No folder is made through a
     link (single-file outputs refused this already): refused, naming the link, nothing made."""
     link = tmp_path / "dangling"
-    link.symlink_to(tmp_path / "nowhere")
-    out = link / below if below else link
-    assert main(["build", "--out", str(out), "--heads", "2", "--context", "3", "--dim", "4", "--quiet"]) == 2
+    link.symlink_to(tmp_path / "nowhere" / "deeper")    # (a review: `dangling/../run` read the link's
+    out = str(link / below) if below else str(link)     # `..` as text and made nowhere/run through it)
+    assert main(["build", "--out", out, "--heads", "2", "--context", "3", "--dim", "4", "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert f"{str(link)!r} is a link to {str(tmp_path / 'nowhere')!r}, which does not exist" in err, err
+    assert f"{str(link)!r} is a link to {str(tmp_path / 'nowhere' / 'deeper')!r}, which does not exist" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling"]
 
 
