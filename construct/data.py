@@ -109,7 +109,7 @@ def _numeric(name: str, value, problems: list[str]) -> np.ndarray | None:
 
 def _frozen(a: np.ndarray) -> np.ndarray:
     """A private, read-only (:func:`~construct.limits.locked`), C-ordered float64 copy."""
-    return locked(np.array(a, dtype=np.float64, order="C", copy=True))
+    return locked(np.asarray(a, dtype=np.float64))
 
 
 def as_dataset(E, X, Y=None, *, labels=None) -> Dataset:

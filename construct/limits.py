@@ -108,16 +108,18 @@ def restore_read_only(obj, state: dict) -> bool:
 
 
 def locked(a: np.ndarray) -> np.ndarray:
-    """An array the engine owns (``a``, made or copied by it), read-only for good: a read-only
-    view of it made read-only too. NumPy lets a view's flag back to writeable only where its base
-    is writeable, so ``flags.writeable = True`` on the result is refused (on ``a`` itself it
-    worked, and an edit locked again passed as validated)."""
-    if not a.flags.owndata:
-        a = a.copy()                        # a view of someone's writeable buffer: made our own
-    a.flags.writeable = False
-    view = a.view()
-    view.flags.writeable = False
-    return view
+    """A read-only copy of ``a`` whose flag cannot be set back to writeable (on an array that
+    owns its memory it could, and an edit locked again passed as validated): numbers over an
+    immutable ``bytes`` (one copy of ``a``, C order); object arrays (mpmath numbers), which no
+    buffer holds, as a read-only view of a read-only copy (NumPy refuses the view's flag; the
+    copy's own, reached through ``.base``, it does not)."""
+    if a.dtype == object:
+        own = a.copy()
+        own.flags.writeable = False
+        view = own.view()
+        view.flags.writeable = False
+        return view
+    return np.frombuffer(a.tobytes(order="C"), dtype=a.dtype).reshape(a.shape)
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:

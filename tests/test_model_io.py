@@ -264,9 +264,9 @@ def test_unpickled_and_copied_datasets_and_weights_are_checked_again():
         assert twin == data and verify(weights, twin).passed
     edited, bad = copy.deepcopy(data), copy.deepcopy(weights)
     for obj, name, value in ((edited, "E", np.nan), (bad, "W_K", np.inf)):
-        base = getattr(obj, name).base                   # a locked view's own flag cannot be set back:
-        base.flags.writeable = True                      # its base's, deliberately
-        base[(0,) * base.ndim] = value
+        changed = np.array(getattr(obj, name))           # the arrays themselves cannot be made writeable
+        changed[(0,) * changed.ndim] = value             # again (limits.locked): a state that says so
+        object.__setattr__(obj, name, changed)
     for copied in (lambda o: pickle.loads(pickle.dumps(o)), copy.deepcopy, copy.copy):
         with pytest.raises(InputError, match=r"E: non-finite values \(NaN or inf\) in example\(s\) 0"):
             build(copied(edited))
