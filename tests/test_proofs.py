@@ -705,22 +705,19 @@ def test_prop3_names_the_hypotheses_its_datasets_must_meet():
 @given(seeds, st.integers(1, 3), st.integers(0, 2), st.integers(1, 3))
 def test_prop3_conclusion_fails_where_the_contexts_differ(seed, n, extra, m):
     """The conclusion is measured, not true by construction: with a context of its own per
-    example the context part of the first layer no longer collapses into the bias. Each unit's
-    Jacobian columns then span up to n·d + d + 1 directions (its weights, its bias; its output
-    weight's column lies in their span) over the examples where it is active, so with T above
-    that the rank passes m(d+2)+1, and the check's conclusion is False (the hypothesis of one
-    shared context is named too). Zero biases leave each unit active on its own half of the
-    examples (T is twice their count). The rank can pass the count by m(n·d − 1); where that is
-    below 2 (n = d = 1 has nothing to collapse) the draw is skipped."""
-    assume(m * (n * (n + extra) - 1) >= 2)            # room for the rank to pass the count by 2
+    example the context part of the first layer no longer collapses into the bias, and the
+    check's conclusion is False (the hypothesis of one shared context is named too). The
+    Jacobian's rank then usually passes m(d+2)+1 as well, but not always (a unit active on few
+    of the examples adds few directions: 7 of 3000 draws stayed at or below it, a review found
+    one such draw failing this test when it asserted the rank), so the rank is not asserted."""
+    assume(n * (n + extra) >= 2)                      # n = d = 1: nothing to collapse
     rng = np.random.default_rng(seed)
     d = n + extra
-    count = m * (d + 2) + 1
-    T = 2 * m * (n * d + d + 1) + 8                     # each unit active on about half of them
+    T = 2 * m * (n * d + d + 1) + 8
     data = as_dataset(rng.standard_normal((T, n, d)), rng.standard_normal((T, d)), rng.random(T))
     r = proofs.prop3.check(data, rng.standard_normal((m, n * d + d)), np.zeros(m), rng.standard_normal(m), 0.1)
     assert r.conclusion is False and "all contexts equal" in r.failed, str(r)
-    assert r.quantities["jacobian_rank"] > count and r.quantities["collapse_error"] > 1e-3
+    assert r.quantities["collapse_error"] > 1e-3
 
 
 @given(seeds, st.integers(2, 3), st.integers(0, 2))
