@@ -52,7 +52,8 @@ def kruskal_rank(V: np.ndarray, budget: int = EXACT_BUDGET) -> int | None:
 
 def _vectors(V) -> np.ndarray:
     """``V`` as a finite float64 matrix whose rows are the vectors, each scaled by a power of two
-    to unit size (exactly: which rows are independent does not depend on their sizes, and each
+    to unit size (exactly, but for entries that underflow, 2^-1022 and more below their row's
+    largest, far below its rank tolerance: which rows are independent does not depend on their sizes, and each
     subset's rank is then decided at its rows' own scale, not the largest row's: [[1e20, 0],
     [0, 1]] read as rank 1, rows near 1.7e308 overflowed the rank's arithmetic); or an
     :class:`InputError` naming it (a list, a vector, an inf would otherwise fail inside NumPy or
@@ -68,7 +69,8 @@ def _vectors(V) -> np.ndarray:
     if problems:
         raise InputError(problems, what="invalid arrays")
     top = np.max(np.abs(V), axis=1, initial=0.0)
-    return np.ldexp(V, -np.frexp(top)[1][:, None])             # a zero row stays zero
+    with np.errstate(under="ignore"):    # entries 2^-1022 below their row's largest: below its rounding anyway
+        return np.ldexp(V, -np.frexp(top)[1][:, None])         # a zero row stays zero
 
 
 def sampled_independence(V: np.ndarray, size: int, trials: int = SAMPLED_TRIALS,

@@ -963,12 +963,14 @@ def console() -> int:
     SIGINT and SIGTERM ignored while the interpreter exits. The command is done and its exit
     code stands: Python restores their default actions as it finalizes, and the teardown of
     onnxruntime or torch took up to half a second, in which Ctrl-C killed the process by the
-    signal, without a word. (Not :func:`main` itself, which a program may call and go on.)"""
+    signal, without a word; a teardown that hangs then needs SIGKILL. (Not :func:`main` itself,
+    which a program may call and go on.)"""
     try:
         return main()
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_IGN)
+        if threading.current_thread() is threading.main_thread():    # signal() works only there
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_IGN)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -206,8 +206,8 @@ def _ids(classes):
 def as_one_hot(labels) -> tuple[np.ndarray, tuple[int, ...]]:
     """Integer class labels (T,) → one-hot targets (T, classes) over the classes present.
 
-    Class ids may be any 64-bit integers (sparse, large, negative): column ``j`` stands for the
-    ``j``-th smallest id present.
+    Class ids may be any 64-bit integers (int64, or uint64 when none is negative: sparse, large,
+    negative): column ``j`` stands for the ``j``-th smallest id present.
 
     Returns:
         The targets, and the class id of each column.
@@ -216,9 +216,16 @@ def as_one_hot(labels) -> tuple[np.ndarray, tuple[int, ...]]:
         InputError: labels that are not a 1-D integer array.
     """
     lab = np.asarray(labels)
-    if lab.dtype == object and lab.ndim == 1 and all(type(v) is int for v in lab):   # noqa: E721 (not bool)
-        raise InputError("labels: class ids must fit in 64-bit integers (int64 or uint64); these reach "
-                         f"{max(lab, key=abs)}: map them to smaller ids", what="invalid class labels")
+    if lab.dtype == object and lab.ndim == 1 and lab.size and all(type(v) is int for v in lab):   # noqa: E721
+        lo, hi = min(lab), max(lab)                  # Python integers (not bools): int64 or uint64 if they fit
+        if -2 ** 63 <= lo and hi < 2 ** 63:
+            lab = lab.astype(np.int64)
+        elif 0 <= lo and hi < 2 ** 64:
+            lab = lab.astype(np.uint64)
+        else:
+            raise InputError("labels: class ids must fit in 64-bit integers (int64, or uint64 when none is "
+                             f"negative); these reach {max(lab, key=abs)}: map them to smaller ids",
+                             what="invalid class labels")
     if lab.ndim != 1 or lab.dtype.kind not in "iu":
         raise InputError(f"labels: expected a 1-D integer array, got {lab.dtype} of shape {lab.shape}",
                          what="invalid class labels")

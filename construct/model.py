@@ -384,7 +384,7 @@ def _exact_weights(arrays: dict, rounded: Weights, path) -> Weights:
 
 # A decimal number as the weights' files write them: an optional sign, digits with an optional
 # point, an optional exponent (no spaces, underscores, nan or inf, which mpmath would also read).
-_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)
 
 
 def _entry(index: tuple) -> str:

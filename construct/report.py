@@ -84,5 +84,5 @@ def float64_line(error: float, allowed: float) -> str:
     """The summary's line for the float64 evaluation's own error, where the outputs were taken in
     double words (:attr:`construct.verify.Verification.float64_error`)."""
     verdict = "within the tolerance" if error <= allowed else "MISSES the tolerance"
-    return (f"float64      max |f - y| {error:.3e} in float64, as construct.forward and float64 exports "
-            f"evaluate: {verdict}")
+    return (f"float64      max |f - y| {error:.3e} in float64 (construct.forward and float64 exports round "
+            f"in their own orders, about as much): {verdict}")

@@ -37,9 +37,9 @@ from .model import MATRICES as _NAMES
 from .model import Weights, as_weights, checked_weights
 
 
-# The dtypes a module holds: those PyTorch computes this model in on the CPU, each with a NumPy
-# dtype of its range for export.representable (bfloat16 has float32's range). float8 has no
-# matmul there, and its range is none of these.
+# The dtypes a module holds: those PyTorch computes this model in on the CPU, each rounded to and
+# range-checked by export.representable (bfloat16 by its own rounding: NumPy has no bfloat16).
+# float8 has no matmul there, and its range is none of these.
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 

@@ -1434,3 +1434,31 @@ def test_weights_that_load_weights_would_refuse_are_not_written(tmp_path):
     with pytest.raises(InputError, match=r"non-finite values.*load_weights would refuse"):
         w.save(tmp_path / "w.npz")
     assert not (tmp_path / "w.npz").exists()
+
+
+def test_class_ids_as_python_integers_take_int64_or_uint64():
+    """From review: an object array of small Python integers was refused as "must fit in 64-bit
+    integers … these reach 2", and an empty one raised a bare ValueError. Python integers that
+    fit int64 (or, none negative, uint64) are those; an empty array is the plain refusal."""
+    data = synthetic("independent", T=3, n=3, d=4, seed=0)
+    assert as_dataset(data.E, data.X, labels=np.array([1, 2, 1], dtype=object)).classes == (1, 2)
+    assert as_dataset(data.E, data.X, labels=np.array([2 ** 64 - 1, 0, 0], dtype=object)).classes == (0, 2 ** 64 - 1)
+    with pytest.raises(InputError, match=r"int64, or uint64 when none is negative"):
+        as_dataset(data.E, data.X, labels=np.array([2 ** 63, -1, 0], dtype=object))
+    with pytest.raises(InputError, match=r"expected a 1-D integer array"):
+        as_dataset(data.E, data.X, labels=np.array([], dtype=object))
+
+
+def test_the_finiteness_test_by_blocks_names_every_example_it_finds():
+    """The test goes by blocks of about a million entries (no temporary of the input's size):
+    examples in the first, a middle and the last block, and a last block cut short, are named."""
+    from construct.limits import finite_examples
+    A = np.zeros((2_500_001, 1))
+    for i in (3, 1_048_577, 2_500_000):
+        A[i, 0] = np.nan
+    problems: list[str] = []
+    finite_examples("E", A, problems)
+    assert problems == ["E: non-finite values (NaN or inf) in example(s) 3, 1048577, 2500000"]
+    problems = []
+    finite_examples("E", np.zeros((0, 3)), problems)
+    assert problems == []
