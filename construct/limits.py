@@ -51,7 +51,8 @@ def library(module: str, extra: str):
     """``module`` imported, or an :class:`InputError` naming the extra that installs it. The
     import runs with SIGINT and SIGTERM held (:func:`construct.signals.signals_held`): an
     extension module interrupted as it loads can fail as an ImportError, which would read as a
-    missing library, or abort in its own code (onnx did both under Ctrl-C).
+    missing library, or abort in its own code (onnx did both under Ctrl-C). An import that takes
+    long (matplotlib's first font cache) takes Ctrl-C once it is done.
 
     Raises:
         InputError: the module is not installed (``what="missing library"``).
