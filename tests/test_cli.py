@@ -792,6 +792,19 @@ def test_integer_targets_given_as_y_are_noted(tmp_path, capsys, dtype, noted):
     assert err == (note if noted else ""), err
 
 
+def _built_on_labels(tmp_path, capsys, good, labels, command):
+    """Build on ``good``'s arrays with integer ``labels`` into ``tmp_path/run``: the data file, and
+    the command's arguments for a dataset file (export writes a safetensors file beside)."""
+    built = write(tmp_path / "a.npz", E=good["E"], X=good["X"], labels=labels)
+    assert run(["build", built, "--out", tmp_path / "run", "--quiet"], capsys)[0] == 0
+    weights = tmp_path / "run" / "weights.npz"
+
+    def argv(data):
+        return ([command, weights, "--data", data, "--format", "safetensors", "--out", tmp_path / "w.safetensors"]
+                if command == "export" else [command, weights, data])
+    return built, argv
+
+
 @pytest.mark.parametrize("command", ["verify", "certify", "export"])
 def test_class_ids_other_than_the_builds_are_noted(tmp_path, capsys, good, command):
     """The weights hold no class ids: output column j is the j-th class in sorted order. Labels
@@ -799,14 +812,8 @@ def test_class_ids_other_than_the_builds_are_noted(tmp_path, capsys, good, comma
     the weights names the ids they were built on, and the command says where the two differ."""
     rng = np.random.default_rng(0)
     labels = rng.permutation(np.arange(7) % 3)
-    built = write(tmp_path / "a.npz", E=good["E"], X=good["X"], labels=labels)
+    built, argv = _built_on_labels(tmp_path, capsys, good, labels, command)
     shifted = write(tmp_path / "b.npz", E=good["E"], X=good["X"], labels=labels + 5)
-    assert run(["build", built, "--out", tmp_path / "run", "--quiet"], capsys)[0] == 0
-    weights = tmp_path / "run" / "weights.npz"
-
-    def argv(data):
-        return ([command, weights, "--data", data, "--format", "safetensors", "--out", tmp_path / "w.safetensors"]
-                if command == "export" else [command, weights, data])
     code, _, err = run(argv(shifted), capsys)
     assert code == 0                                  # the columns agree: the check itself passes
     assert "class ids [5, 6, 7]" in err and "[0, 1, 2]" in err and "report.json" in err
@@ -881,14 +888,8 @@ def test_labels_of_some_of_the_builds_classes_take_the_builds_columns(tmp_path, 
     among the build's now take the build's columns (one-hot over its classes), and the command
     says so; an id the build did not have keeps the column comparison."""
     labels = np.array([5, 9, 5, 9, 100, 5, 9])
-    built = write(tmp_path / "a.npz", E=good["E"], X=good["X"], labels=labels)
+    _, argv = _built_on_labels(tmp_path, capsys, good, labels, command)
     part = write(tmp_path / "part.npz", E=good["E"][:4], X=good["X"][:4], labels=labels[:4])
-    assert run(["build", built, "--out", tmp_path / "run", "--quiet"], capsys)[0] == 0
-    weights = tmp_path / "run" / "weights.npz"
-
-    def argv(data):
-        return ([command, weights, "--data", data, "--format", "safetensors", "--out", tmp_path / "w.safetensors"]
-                if command == "export" else [command, weights, data])
     code, out, err = run(argv(part), capsys)
     assert code == 0, err
     assert "classes [5, 9]" in err and "[5, 9, 100]" in err and "the build's columns" in err
