@@ -385,6 +385,28 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
+def _no_dangling_link(path: Path, named) -> None:
+    """Refuse a folder path that passes through a link to something that does not exist: no
+    folder is made through a link. The path is resolved as ``realpath`` resolves it (a link
+    followed where it is met, ``..`` taken after it), link by link, so that each link it would
+    follow is looked at (as text, ``dangling/../run`` and ``missing/../dangling/run`` hid it)."""
+    resolved = Path(os.path.abspath(os.sep if path.is_absolute() else os.curdir))
+    for name in path.parts[1:] if path.is_absolute() else path.parts:
+        if name in ("", "."):
+            continue
+        if name == "..":
+            resolved = resolved.parent
+            continue
+        step = resolved / name
+        if os.path.islink(step):                         # (False on any OSError: named later)
+            if not os.path.exists(step):
+                raise InputError(f"output folder {str(named)!r}: {str(step)!r} is a link to "
+                                 f"{os.path.realpath(step)!r}, which does not exist; make that folder or "
+                                 "name another", what="invalid output folder")
+            step = Path(os.path.realpath(step))
+        resolved = step
+
+
 class OutputFolder:
     """A folder whose files are replaced as one set, or not at all.
 
@@ -411,15 +433,7 @@ class OutputFolder:
 
     def __init__(self, folder: str | os.PathLike, names, *, force: bool = False):
         given = as_path(folder, "output folder")
-        # No folder is made through a link: each prefix of the path as written (`..` included,
-        # which the system takes after the link, not as text), a dangling link refused.
-        prefix = ""
-        for name in given.parts:
-            prefix = os.path.join(prefix, name)
-            if os.path.islink(prefix) and not os.path.exists(prefix):   # (False on any OSError: named later)
-                raise InputError(f"output folder {str(folder)!r}: {prefix!r} is a link to "
-                                 f"{os.path.realpath(prefix)!r}, which does not exist; make that folder or "
-                                 "name another", what="invalid output folder")
+        _no_dangling_link(given, folder)
         self.folder = Path(os.path.realpath(given))
         self.names = frozenset(names)
         self.force = force

@@ -392,7 +392,7 @@ def test_single_file_outputs_refuse_the_files_of_any_builds_set(tmp_path, capsys
     assert main(["certify", weights, data, "--out", str(tmp_path / "free" / "weights.npz")]) == 0
 
 
-@pytest.mark.parametrize("below", ["", "run", "../run"])
+@pytest.mark.parametrize("below", ["", "run", "../run", "MISSING/../dangling/run"])
 def test_build_refuses_an_output_folder_behind_a_dangling_link(tmp_path, capsys, below):
     """From a hostile trial: `build --out dangling` with `dangling -> /nonexistent` made
     /nonexistent at the file system's root and wrote the set there. No folder is made through a
@@ -400,6 +400,8 @@ def test_build_refuses_an_output_folder_behind_a_dangling_link(tmp_path, capsys,
     link = tmp_path / "dangling"
     link.symlink_to(tmp_path / "nowhere" / "deeper")    # (a review: `dangling/../run` read the link's
     out = str(link / below) if below else str(link)     # `..` as text and made nowhere/run through it)
+    if below.startswith("MISSING"):                      # (a second review: after a missing folder, `..`
+        out = str(tmp_path / below)                      # is text again, and the link was never looked at)
     assert main(["build", "--out", out, "--heads", "2", "--context", "3", "--dim", "4", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert f"{str(link)!r} is a link to {str(tmp_path / 'nowhere' / 'deeper')!r}, which does not exist" in err, err
