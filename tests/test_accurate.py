@@ -471,18 +471,24 @@ def test_where_the_double_words_overflow_float64_does_not_decide_a_pass(tmp_path
     """From review: the overflow fallback let float64's measure decide `passed` on exactly the
     examples where the detector had judged float64 unreliable. The weights above, whose exact
     model misses a label by 0.23, with W_D and the labels scaled by 2^996 (exact, no decision
-    changes) passed with error 0: the double words overflowed there and float64's 0 stood. Such
-    examples now fail the check, whatever float64 says."""
+    changes) passed with error 0. The double words are now taken at the readout's unit scale
+    (the exact error, scaled: a fail); where they overflow even so (here a logit near 1e300),
+    float64's measure is reported and cannot pass."""
     w = _huge_logit_weights()
     E = np.array([[[1.0, 1.0], [1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]]])
     X = np.array([[1.0, 0.0], [1.0, 0.0]])
     big = as_weights(w.W_K, w.W_Q, w.W_V, w.W_O, np.ldexp(np.asarray(w.W_D), 996), skip=False)
     v = verify(big, as_dataset(E, X, np.ldexp(forward(E, X, w), 996)))
+    assert v.outputs == "double words" and not v.passed, v
+    assert abs(v.max_abs_error / 2.0 ** 996 - (math.e / (1 + math.e) - 0.5)) < 1e-9, v
+    far = as_weights(np.array([[[1e300], [1.0]]]), w.W_Q, w.W_V, w.W_O, w.W_D, skip=False)
+    labels = forward(E, X, far)                        # float64's own outputs: its error is 0
+    v = verify(far, as_dataset(E, X, labels))
     assert v.outputs == "double words, float64 where they overflow" and not v.passed, v
-    assert v.max_abs_error <= v.tol                     # float64's measure, which passes: not enough
+    assert v.max_abs_error == 0.0                       # float64's measure, which passes: not enough
     from construct.cli import main
-    big.save(tmp_path / "w.npz")
-    as_dataset(E, X, np.ldexp(forward(E, X, w), 996)).save(tmp_path / "d.npz")
+    far.save(tmp_path / "w.npz")
+    as_dataset(E, X, labels).save(tmp_path / "d.npz")
     assert main(["verify", str(tmp_path / "w.npz"), str(tmp_path / "d.npz")]) == 1
     assert "FAIL: the double words overflowed on some examples" in capsys.readouterr().out
 
@@ -563,16 +569,34 @@ def test_square_contexts_report_float64s_own_error_beside_the_exact_models(squar
     assert "about as much): MISSES the tolerance" in capsys.readouterr().out
 
 
-def test_where_the_double_words_overflow_verify_reports_float64s_finite_error():
+def test_where_the_double_words_overflow_verify_reports_a_finite_error():
     """From a hostile trial: weights whose readout was scaled by 1e300 made verify report
     `max |f - y| inf` in double words (their splitting of products overflows), while the model's
-    outputs, near 1e300, are finite and float64 measured them (certify bounds the error by the
-    same 9.3e299). Those examples now take float64's error, and the outputs say so."""
+    outputs, near 1e300, are finite (certify bounds the error by the same 9.3e299). The double
+    words are now taken at the readout's unit scale, and the error comes out finite."""
     from construct import as_weights
     data = synthetic("independent", T=7, n=3, d=4, seed=0)
     w = build(data, 3).weights
     huge = as_weights(w.W_K, w.W_Q, w.W_V, w.W_O, np.asarray(w.W_D) * 1e300, skip=w.skip)
     v = verify(huge, data)
-    assert v.outputs == "double words, float64 where they overflow" and not v.passed
-    assert math.isfinite(v.max_abs_error) and v.max_abs_error == v.float64_error > 1e299
+    assert v.outputs == "double words" and not v.passed
+    assert math.isfinite(v.max_abs_error) and v.max_abs_error > 1e299
     assert np.isclose(v.max_abs_error, np.abs(forward(data.E, data.X, huge) - data.Y).max(), rtol=1e-12)
+
+
+def test_double_words_near_overflow_are_taken_at_the_readouts_unit_scale(square):
+    """From a second review: after the overflow fix, weights that memorize (square contexts,
+    where float64's rounding shows) with W_D and the labels scaled by 2^996 failed verify, and a
+    build of such labels failed: their double words overflow near 1e300. The model is linear in
+    W_D, so the double words are taken with W_D and the labels scaled back by a power of two
+    (exact), and the gaps scaled up again: the same verdict as at unit scale."""
+    w = build(square, 4).weights
+    small = verify(w, square)
+    assert small.outputs == "double words" and small.passed
+    big = as_weights(w.W_K, w.W_Q, w.W_V, w.W_O, np.ldexp(np.asarray(w.W_D), 996), skip=w.skip)
+    scaled = as_dataset(square.E, square.X, np.ldexp(square.Y, 996))
+    v = verify(big, scaled)
+    assert v.outputs == "double words" and v.passed, v
+    assert abs(v.max_abs_error / 2.0 ** 996 - small.max_abs_error) <= 1e-3 * small.max_abs_error + 1e-30
+    built = build(scaled, 4)                          # built at unit scale: the scale goes into W_V
+    assert built.verification.passed and built.verification.outputs == "double words"
