@@ -522,7 +522,27 @@ def outputs(E: np.ndarray, X: np.ndarray, W_K, W_Q, W_V, W_O, W_D, skip: bool, r
     logits ``E^(t) w_h(t)`` by exact slice products per example (batched); the values
     ``E^(t) (W_V,h W_O,h W_D)`` likewise; the softmax as on a shared context. ``rows(fn, T)`` as
     in :func:`shared_outputs`.
+
+    A readout far from unit size (beyond 2^±64) is taken at unit size: ``W_D``, and without the
+    skip connection ``W_V``, scaled by powers of two (where that is exact), the outputs scaled
+    back. The model is linear in them
+    (the skip connection adds ``x`` before ``W_D``), so this is exact, and the products' splitting,
+    which overflows from about 1e300 on, stays in range: weights that memorize at labels near
+    2^996 gave non-finite double words.
     """
+    scaled, k = {"W_V": W_V, "W_D": W_D}, 0
+    for name in ("W_D",) if skip else ("W_V", "W_D"):
+        A = np.asarray(scaled[name], dtype=np.float64)
+        top = float(np.max(np.abs(A), initial=0.0))
+        e = math.frexp(top)[1] if math.isfinite(top) and top > 0 else 0
+        with np.errstate(under="ignore"):
+            unit = np.ldexp(A, -e)
+        if abs(e) > 64 and np.array_equal(np.ldexp(unit, e), A):   # (within 2^±64: as given, bit for bit)
+            scaled[name], k = unit, k + e
+    if k:
+        with np.errstate(over="ignore"):                 # beyond float64: not finite, as before
+            return outputs(E, X, W_K, W_Q, scaled["W_V"], W_O, scaled["W_D"], skip, rows, heads_per_block,
+                           probabilities, probability_radius).scaled(k)
     if as_parts(E)[0].ndim == 2:
         return shared_outputs(E, X, W_K, W_Q, W_V, W_O, W_D, skip, rows, heads_per_block, probabilities,
                               probability_radius)

@@ -125,15 +125,11 @@ def check(ar: Arithmetic, Z, weights: Weights, data: Dataset, tol: float = DEFAU
             words, how = gaps_from(outputs, ar.to_host(data.Y)), "double words"
             if float64:
                 err64 = _largest(np.abs(gaps).max())
-                # Double words split products, and that overflows from about 1e300 on, where the
-                # outputs (and float64's) are finite: there float64's measure is reported, but it
-                # cannot pass them, since the detector has just judged float64 unreliable.
+                # Double words split products, which can overflow (logits near 1e300; a readout of
+                # that size they take at unit scale) where float64's outputs are finite: there
+                # float64's measure is reported, but it cannot pass them, since the detector has
+                # just judged float64 unreliable.
                 overflowed = ~np.all(np.isfinite(words), axis=1) & np.all(np.isfinite(gaps), axis=1)
-                if overflowed.any():             # first, the readout at unit scale (exact)
-                    again = _words_at_unit_readout(ar, weights, data, before_layer)
-                    if again is not None:
-                        words = np.where(overflowed[:, None], again, words)
-                        overflowed &= ~np.all(np.isfinite(words), axis=1)
                 if overflowed.any():
                     words, how = np.where(overflowed[:, None], gaps, words), f"{how}, {OVERFLOW_FALLBACK}"
                     unsettled = True
@@ -206,53 +202,6 @@ def _row_rank(ar: Arithmetic, Z, E, reduction=None, overwrite: bool = False,
     return ar.row_rank(Z, reduction, overwrite, sigma_above)
 
 
-def _words_at_unit_readout(ar: Arithmetic, weights: Weights, data: Dataset,
-                           before_layer: Dataset | None = None) -> np.ndarray | None:
-    """The gaps ``f − y`` (host, T × d_o) from double words taken with the readout brought to
-    unit size by powers of two (``W_D`` by ``2^-k_D``; without the skip connection ``W_V`` too, by
-    ``2^-k_V``) and the labels by their product, then scaled back; None where that scaling is not
-    exact (entries that would underflow).
-
-    Double words split products, which overflows from about 1e300 on. The model is linear in
-    ``W_D`` (the skip connection adds ``x`` before it) and, without the skip connection, in
-    ``W_V``, so its outputs scale exactly with them and the gaps come out as at unit scale:
-    weights that memorize square contexts, with ``W_D`` and the labels scaled by 2^996,
-    overflowed there and failed, and so did a build of labels near 2^996 (which puts that scale in
-    ``W_V``)."""
-    host = weights.map(ar.to_numpy)
-    Y = ar.to_host(data.Y)
-    scaled, k = {}, 0
-    for name in ("W_D",) if host.skip else ("W_V", "W_D"):
-        A = getattr(host, name)
-        top = float(np.max(np.abs(A), initial=0.0))
-        if not (math.isfinite(top) and top > 0):
-            return None
-        e = math.frexp(top)[1]
-        with np.errstate(under="ignore"):
-            scaled[name] = np.ldexp(A, -e)
-        if not np.array_equal(np.ldexp(scaled[name], e), A):
-            return None
-        k += e
-    with np.errstate(under="ignore", over="ignore"):
-        Y_k = np.ldexp(Y, -k)
-        if not np.array_equal(np.ldexp(Y_k, k), Y):
-            return None
-        words = _double_words(ar, replace(host, **scaled), data, before_layer)
-        return np.ldexp(gaps_from(words, Y_k), k)
-
-
-def _double_words(ar: Arithmetic, host: Weights, data: Dataset, before_layer: Dataset | None = None):
-    """The outputs in double words of the weights ``host`` (on the host) on ``data`` (in the
-    arithmetic), or on the pre-layer's outputs in double words where ``before_layer`` (the data
-    the pre-layer reads) is given: :func:`construct.accurate.outputs`."""
-    E, X = ar.to_host(data.E), ar.to_host(data.X)
-    if before_layer is not None:                # the pre-layer's outputs in double words, on the raw
-        E, X = before_layer.E, before_layer.X   # contexts: ones that differ may shift to one float64 context
-    shared = shared_context(E)
-    E, X = accurate_inputs(host.prelayer if before_layer is not None else None, E[0] if shared else E, X)
-    return accurate_outputs(host, E, X)
-
-
 def _where_rounding_shows(ar: Arithmetic, weights: Weights, data: Dataset, out, allowed: float,
                           before_layer: Dataset | None = None):
     """Float64 outputs ``out`` where a second float64 evaluation, in another order of operations,
@@ -268,7 +217,11 @@ def _where_rounding_shows(ar: Arithmetic, weights: Weights, data: Dataset, out, 
         visible = rounding_visible(weights, data.E, data.X, out, allowed, ar)
     if not visible:
         return None
-    return _double_words(ar, host, data, before_layer)
+    if before_layer is not None:                # the pre-layer's outputs in double words, on the raw
+        E, X = before_layer.E, before_layer.X   # contexts: ones that differ may shift to one float64 context
+        shared = shared_context(E)
+    E, X = accurate_inputs(weights.prelayer if before_layer is not None else None, E[0] if shared else E, X)
+    return accurate_outputs(host, E, X)
 
 
 @numpy_error_defaults

@@ -7,6 +7,7 @@ from fractions import Fraction
 
 import mpmath
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from construct import build, synthetic
@@ -540,3 +541,26 @@ def test_input_matmul_bounds_the_rounding_of_the_low_part_below_the_normal_range
     out = dword.input_matmul(X, A)
     exact = sum((Fraction(X.hi[0, i]) + Fraction(X.lo[0, i])) * Fraction(A.hi[i, 0]) for i in range(2))
     assert abs(exact - Fraction(out.hi[0, 0]) - Fraction(out.lo[0, 0])) <= Fraction(out.rad[0, 0])
+
+
+@pytest.mark.parametrize("skip", [False, True])
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_readout_far_from_unit_size_gives_the_outputs_scaled_exactly(skip, shared):
+    """Double words split products, which overflows from about 1e300 on: weights that memorize,
+    with W_D (or W_V) and the labels scaled by 2^996, gave non-finite outputs (a review). The
+    readout is taken at unit size and the outputs scaled back: the same double words times the
+    scale, bit for bit, and finite."""
+    rng = np.random.default_rng(3)
+    H, n, d, T = 3, 3, 4, 5
+    W_K, W_Q, W_V = (rng.standard_normal((H, d, 2)), rng.standard_normal((H, d, 2)), rng.standard_normal((H, d, 1)))
+    W_O, W_D = rng.standard_normal((H, d)), rng.standard_normal((d, 1))
+    E = rng.standard_normal((n, d)) if shared else rng.standard_normal((T, n, d))
+    X = rng.standard_normal((T, d))
+    unit = dword.outputs(E, X, W_K, W_Q, W_V, W_O, W_D, skip)
+    for W_V_k, W_D_k, k in ((W_V, np.ldexp(W_D, 996), 996), (np.ldexp(W_V, 600), np.ldexp(W_D, 390), 990)):
+        if skip and W_V_k is not W_V:
+            continue                                     # with the skip connection only W_D scales the outputs
+        far = dword.outputs(E, X, W_K, W_Q, W_V_k, W_O, W_D_k, skip)
+        assert np.all(np.isfinite(far.hi)) and np.all(np.isfinite(far.rad))
+        assert np.array_equal(far.hi, np.ldexp(unit.hi, k)) and np.array_equal(far.lo, np.ldexp(unit.lo, k))
+        assert np.all(far.rad >= np.ldexp(unit.rad, k))
