@@ -52,12 +52,12 @@ def kruskal_rank(V: np.ndarray, budget: int = EXACT_BUDGET) -> int | None:
 
 def _vectors(V) -> np.ndarray:
     """``V`` as a finite float64 matrix whose rows are the vectors, each scaled by a power of two
-    to unit size (exactly, but for entries that underflow, 2^-1022 and more below their row's
-    largest, far below its rank tolerance: which rows are independent does not depend on their sizes, and each
-    subset's rank is then decided at its rows' own scale, not the largest row's: [[1e20, 0],
-    [0, 1]] read as rank 1, rows near 1.7e308 overflowed the rank's arithmetic); or an
-    :class:`InputError` naming it (a list, a vector, an inf would otherwise fail inside NumPy or
-    LAPACK)."""
+    to unit size: exactly, but for entries 2^-1022 and more below their row's largest, which
+    underflow and lie far below its rank tolerance anyway. Which rows are independent does not
+    depend on their sizes, and each subset's rank is then decided at its rows' own scale, not the
+    largest row's ([[1e20, 0], [0, 1]] read as rank 1; rows near 1.7e308 overflowed the rank's
+    arithmetic). An :class:`InputError` names a ``V`` that is not such a matrix (a list, a
+    vector, an inf would otherwise fail inside NumPy or LAPACK)."""
     problems: list[str] = []
     V = real_array("V", V, problems)
     if V is not None and V.ndim != 2:
