@@ -708,7 +708,7 @@ def test_prop3_conclusion_fails_where_the_contexts_differ(seed, n, extra, m):
     example the context part of the first layer no longer collapses into the bias, and the
     check's conclusion is False (the hypothesis of one shared context is named too). The
     Jacobian's rank then usually passes m(d+2)+1 as well, but not always (a unit active on few
-    of the examples adds few directions: 7 of 3000 draws stayed at or below it, a review found
+    of the examples adds few directions: 7 of 2,520 draws stayed at or below it, a review found
     one such draw failing this test when it asserted the rank), so the rank is not asserted."""
     assume(n * (n + extra) >= 2)                      # n = d = 1: nothing to collapse
     rng = np.random.default_rng(seed)
