@@ -32,7 +32,9 @@ import scipy.linalg as sla
 from scipy.linalg import lapack
 
 from ..errors import ConstructionError
-from .lapack import EPS, qr_r, tri_solve
+from . import strided
+from .lapack import EPS, qr_r
+from .strided import tri_solve
 from .threads import halves, together
 
 # Take the one-pass (semi-normal) projection only while its relative error stays below this.
@@ -63,10 +65,11 @@ class RowSpaceFactor:
         self._staged_frob2 = 0.0
         self._x = np.zeros(0)
         self._inv_norm2 = 0.0                       # the last estimate of ‖R^{-1}‖_2²
-        # Two buffers of T² entries, taken in turn by commit (the new R is bordered from the old
-        # one, in the other buffer): a fresh (a × a) array per head paid for the zeroing of its
-        # pages each time, about 0.1 s per head at T = 7937.
-        self._buffers: list[np.ndarray] = []
+        # R lives in the leading block of one Fortran (T, T) array, taken at the first commit: a
+        # commit borders it there and tpqrt updates it there (construct.arith.strided), so it is
+        # never copied. (A fresh (a × a) array per head paid for the zeroing of its pages, about
+        # 0.1 s per head at T = 7937; two buffers in turn, for a copy per head, took 4 s in all.)
+        self._buffer: np.ndarray | None = None
 
     def stage(self, stop: int) -> np.ndarray:
         """Project rows ``a..stop−1`` on the fitted rows; returns ``C`` (stop − a, a).
@@ -163,14 +166,11 @@ class RowSpaceFactor:
             # already Fortran-contiguous, so asfortranarray would hand LAPACK a view of Z.
             B = np.array(self.Z[:self.a, self.f:f_new].T, order="F")
             self._frob2 += float(np.einsum("ij,ij->", B, B))
-            nb = max(1, min(self.a, 32))
-            # tpqrt overwrites only the upper triangle of R; the zeros below stay.
-            R, Vr, Tr, info = lapack.dtpqrt(0, nb, self.R, B, overwrite_a=1, overwrite_b=1)
-            if info != 0:
-                raise ConstructionError(f"tpqrt failed (info = {info}) updating the factor of Z")
-            self.R = R
+            # In place; tpqrt overwrites only the upper triangle of R, the zeros below stay. B
+            # becomes the reflectors, Tr their block factors.
+            Tr = strided.tpqrt(self.R, B, 32)
             if self._stop > self.a:
-                W, Y, info = lapack.dtpmqrt(0, Vr, Tr, self._W, np.asfortranarray(staged_new),
+                W, Y, info = lapack.dtpmqrt(0, B, Tr, self._W, np.asfortranarray(staged_new),
                                             trans="T")
                 if info != 0:
                     raise ConstructionError(f"tpmqrt failed (info = {info}) updating the factor of Z")
@@ -178,14 +178,6 @@ class RowSpaceFactor:
         if self._stop > self.a:
             self._Rres = qr_r(np.vstack([self._Rres, staged_new]))
         self.f = f_new
-
-    def _square(self, m: int) -> np.ndarray:
-        """An uninitialized Fortran-ordered (m, m) array in the buffer ``self.R`` is not in."""
-        if not self._buffers:
-            T = self.Z.shape[0]
-            self._buffers = [np.empty(T * T), np.empty(T * T)]
-        buf = next(b for b in self._buffers if not np.may_share_memory(b, self.R))
-        return buf[:m * m].reshape((m, m), order="F")
 
     def commit(self) -> None:
         """Border ``R`` with the staged group.
@@ -198,18 +190,14 @@ class RowSpaceFactor:
         Rres = self._Rres[:m]
         if Rres.shape[0] < m or np.any(np.diag(Rres) == 0):
             raise ConstructionError(f"rows {a}..{stop - 1} of Z are dependent on the earlier rows")
-        R = self._square(stop)
-        old = self.R
-
-        def copy(lo: int, hi: int) -> None:         # bound by memory: two cores copy faster
-            R[:a, lo:hi] = old[:, lo:hi]
-        halves(copy, a, self.parallel)
+        if self._buffer is None:
+            T = self.Z.shape[0]
+            self._buffer = np.empty((T, T), order="F")
+        R = self._buffer[:stop, :stop]              # R[:a, :a] is in place already
         R[a:, :a] = 0.0
         R[:a, a:] = self._W
         R[a:, a:] = Rres
         self.R, self.a = R, stop
-        if stop == self.Z.shape[0]:                 # every row fitted: the other buffer can go
-            self._buffers = []
         self._frob2 += self._staged_frob2
         self._staged_frob2 = 0.0
         self._W = np.zeros((stop, 0), order="F")
