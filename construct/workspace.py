@@ -8,6 +8,7 @@ import numpy as np
 
 from .accurate import shared_context
 from .arith import Arithmetic
+from .arith.threads import row_blocks
 from .claim1 import claim1_factors, interior_targets
 from .data import Dataset
 from .errors import ConstructionError
@@ -65,8 +66,10 @@ class Workspace:
         d, ar = self.d, self.ar
 
         def rows(lo: int, hi: int) -> None:
-            self.Z[lo:hi, h * d:(h + 1) * d] = head_features(self.E[lo:hi, ...], self.X[lo:hi, ...], self.W_K[h, ...],
-                                                             self.W_Q[h, ...], ar)
+            # In blocks that stay in cache between the logits and the mix, which read each context
+            for a, b in row_blocks(lo, hi, ar.cache_rows):
+                self.Z[a:b, h * d:(h + 1) * d] = head_features(self.E[a:b, ...], self.X[a:b, ...], self.W_K[h, ...],
+                                                               self.W_Q[h, ...], ar)
         ar.rows(rows, self.E.shape[0])
 
     def rounding(self, h: int, S: range) -> float:
