@@ -361,9 +361,10 @@ _PLAN = [
     "$z^(t) = (E^(t))^T s^(t)$ of $Z$ are independent.",
     "Each later head $h$ fits $k − 1$ new examples and freezes the earlier ones: Lemma 3's rank-one "
     "separator $a b^T$, with $b ⊥$ the new queries, gives every earlier example a unique top token, and "
-    "a large scale $c_h$ pushes the softmax onto it (Lemma 4, Claim 2), so the earlier rows of $Z$ "
+    "a large scale $c_h$ saturates the softmax onto it (Lemma 4, Claim 2), so the earlier rows of $Z$ "
     "move too little to undo the rank the new rows add, $k − 1$ (this run takes the smallest scale "
-    "that keeps that; the proof's larger one saturates them fully).",
+    "that keeps that; the proof's larger one bounds how far they move by Lemma 4, the perturbation "
+    "below half of $σ_min(M)$).",
     "After $H$ heads $rank Z = H(k − 1) + 1 = T$ (Proposition 1).",
     "A linear readout solves $Z B = Y$; $B$ is factored into $W_V$, $W_O$, $W_D$.",
 ]
