@@ -19,9 +19,12 @@ by far more. Two tools, for float64 weights:
   (on a shared context the logits as ``X · (W_Q W_K^T E^T)``, on independent ones as
   ``E ((W_K W_Q^T) x)``, instead of ``E (W_K (W_Q^T x))``; the values folded before the
   softmax); where the two float64 evaluations differ by more than a fraction of the tolerance,
-  float64 cannot tell whether the labels hold; so too where rounding the logits alone (by
-  ``u·|ℓ|``, which both orders do) could, at worst, move an output by the tolerance. The cost is
-  one more forward pass. It is a detector, not a bound: the certificate is what proves.
+  float64 cannot tell whether the labels hold; so too where the rounding that every order
+  shares could move an output by the tolerance: the logits' at the size of their terms (``|ℓ|``,
+  or the root sum of squares of its terms where they cancel), and the values' (``Σ_hj p_hj
+  |e_j|ᵀ|W_V,h W_O,h W_D|``: also what rounding a pre-layer's outputs to float64 moves). The cost
+  is one more forward pass, and products of the magnitudes as large as its own. It is a
+  detector, not a bound: the certificate is what proves.
 - :func:`outputs`: then the outputs in double words (:func:`construct.dword.outputs`), within
   about ``u²·cond`` of the exact model: what ``verify`` reports, and the residual the build
   refines its readout against (iterative refinement, the residual computed in double words, the
@@ -60,35 +63,57 @@ def reordered_outputs(weights: Weights, E, X, ar: Arithmetic = FLOAT64):
 
 
 def _reordered(weights: Weights, E, X, ar: Arithmetic = FLOAT64):
-    """:func:`reordered_outputs`, and for each example how far rounding each logit ``ℓ`` to
-    float64 could move its outputs (T,): :func:`_moved` summed over the heads. Every float64
-    evaluation rounds the logits it forms, whatever its order, so two of them can agree where
-    both are far from the exact model (a logit ``10^17 + 1`` is ``10^17`` in either)."""
+    """:func:`reordered_outputs`, and for each example an estimate of how far the rounding that
+    every float64 evaluation shares could move its outputs (T,): each logit's (:func:`_moved`,
+    summed over the heads) and the values' at the size of their terms (``u Σ_hj p_hj |e_j|ᵀ|B_h|``
+    with the skip connection's ``u |x|ᵀ|W_D|``, the largest over the outputs). Every evaluation
+    rounds the logits it forms, whatever its order, so two of them can agree where both are far
+    from the exact model (a logit ``10^17 + 1`` is ``10^17`` in either; terms of 4.5e15 that
+    cancel to 2 give 2.5 or 3 in either); and a pre-layer's outputs, rounded once to float64,
+    are what both read."""
     if E.ndim == 3:
         return _reordered_per_example(weights, E, X, ar)
     H, d_v = weights.H, weights.d_v
     out = X @ weights.W_D if weights.skip else np.zeros((X.shape[0], weights.d_o))
     moved = np.zeros(X.shape[0])
+    # Σ|terms| of each output: the skip connection's, then every head's values (below).
+    value_sizes = np.abs(X) @ np.abs(weights.W_D) if weights.skip else np.zeros((X.shape[0], weights.d_o))
+    e_X = _row_exponents(FLOAT64, X)
+    X_unit, E_unit, a_E = np.ldexp(X, -e_X[:, None]), np.ldexp(E, -_exponent(FLOAT64, E)), _exponent(FLOAT64, E)
+    E_abs = np.abs(E)
     for h in range(H):
+        W_O = weights.W_O[h * d_v:(h + 1) * d_v]
         logits = X @ (weights.W_Q[h] @ (weights.W_K[h].T @ E.T))                 # (T, n)
-        values = E @ (weights.W_V[h] @ (weights.W_O[h * d_v:(h + 1) * d_v] @ weights.W_D))   # (n, d_o)
+        values = E @ (weights.W_V[h] @ (W_O @ weights.W_D))                       # (n, d_o)
         s = np.exp(logits - logits.max(axis=1, keepdims=True))
         total = s.sum(axis=1, keepdims=True)
         out += (s @ values) / total
         spread = values.max(axis=0, initial=-np.inf) - values.min(axis=0, initial=np.inf)   # (d_o,)
         half_range = np.max(spread, initial=0.0) / 2
-        moved += _moved(np, np.max(np.abs(logits), axis=1), 1 / total[:, 0], half_range)
-    return out, moved
+        # Each logit's terms, root-sum-squared through the three products that form it, from
+        # every factor at unit scale (powers of two, so that no square overflows).
+        a_K, a_Q = _exponent(FLOAT64, weights.W_K[h]), _exponent(FLOAT64, weights.W_Q[h])
+        K, Q = np.ldexp(weights.W_K[h], -a_K), np.ldexp(weights.W_Q[h], -a_Q)
+        M = K.T @ E_unit.T                                                           # (d_h, n)
+        P = Q @ M                                                                    # (d, n)
+        spread2 = X_unit**2 @ (P**2 + Q**2 @ (M**2 + (K**2).T @ (E_unit**2).T))
+        rss = np.ldexp(np.sqrt(spread2), (e_X + a_E + a_K + a_Q)[:, None])
+        moved += _moved(np, np.maximum(np.max(np.abs(logits), axis=1), np.max(rss, axis=1)), 1 / total[:, 0],
+                        half_range)
+        value_sizes += (s @ (E_abs @ (np.abs(weights.W_V[h]) @ (np.abs(W_O) @ np.abs(weights.W_D))))) / total
+    return out, moved + dword.U * np.max(value_sizes, axis=1, initial=0.0)
 
 
 def _moved(xp, largest, p_max, half_range):
-    """How far rounding each of a softmax's logits to float64 (by ``u·|ℓ|``, at most ``u`` times
-    the ``largest``) could move ``Σ_j p_j c_j``, for values within ``half_range`` of a midpoint
-    and the largest weight ``p_max``: the weights move by factors within ``e^{±2uL}`` and still
-    sum to 1 (so only the values' spread about the midpoint counts), and where one weight holds
-    nearly all (saturation) only the rest, ``1 − p_max``, moves, on both sides of the sum. An
-    estimate, for :func:`rounding_visible` (not a bound on float64's error: forming the logits
-    rounds more)."""
+    """How far rounding each of a softmax's logits by ``u`` times ``largest`` could move
+    ``Σ_j p_j c_j``, for values within ``half_range`` of a midpoint and the largest weight
+    ``p_max``: the weights move by factors within ``e^{±2uL}`` and still sum to 1 (so only the
+    values' spread about the midpoint counts), and where one weight holds nearly all
+    (saturation) only the rest, ``1 − p_max``, moves, on both sides of the sum. ``largest`` is
+    the larger of ``|ℓ|`` and the root sum of squares of the logit's terms through the products
+    that form it: a dot product whose terms cancel is rounded at the terms' size, in every
+    order (terms of 4.5e15 that cancel to 2 leave float64 2.5 or 3). An estimate, for
+    :func:`rounding_visible` (not a bound on float64's error)."""
     return xp.expm1(2 * dword.U * largest) * xp.minimum(2 * (1 - p_max), 1.0) * half_range
 
 
@@ -122,26 +147,40 @@ def _reordered_per_example(weights: Weights, E, X, ar: Arithmetic):
     values = xp.concat([weights.W_V[h, ...] @ (weights.W_O[h * d_v:(h + 1) * d_v, ...] @ weights.W_D)
                         for h in range(H)], axis=1)                             # (d, H·d_o)
     out, moved = ar.zeros((T, d_o)), ar.zeros((T,))
+    values_abs, W_D_abs = xp.abs(values), xp.abs(weights.W_D)
 
     def part(lo: int, hi: int) -> None:
         for r0, r1 in row_blocks(lo, hi, ar.cache_rows):
             block, x, m = E[r0:r1, ...], X[r0:r1, ...], r1 - r0
             o = x @ weights.W_D if weights.skip else ar.zeros((m, d_o))
             shift = ar.zeros((m,))
+            # Σ|terms| of each output: the skip connection's, then every head's values (weigh).
+            value_sizes = xp.abs(x) @ W_D_abs if weights.skip else ar.zeros((m, d_o))
             flat, e = xp.reshape(block, (m * n, d)), _row_exponents(ar, x)
+            flat_abs = xp.abs(flat)
             x = ar.ldexp(x, -e[:, None])                                       # unit scale
-            pending: list = []                  # (softmax, largest logit, top weight) of heads not yet weighed
+            # The squares of each context and query at unit scale, for the logits' terms.
+            e_E = _row_exponents(ar, xp.reshape(block, (m, n * d)))
+            block2 = ar.ldexp(block, -e_E[:, None, None])
+            block2 *= block2
+            block2 = xp.matrix_transpose(block2)                                           # (m, d, n)
+            x2 = x * x
+            pending: list = []                  # (softmax, largest logit size, top weight) of heads not yet weighed
             done = 0                            # heads weighed
 
             def weigh() -> None:                # the pending heads' values, a span at a time
-                nonlocal o, shift, done
+                nonlocal o, shift, value_sizes, done
                 s, largest, p_max = [xp.concat([p[i] for p in pending], axis=1) if len(pending) > 1
                                      else pending[0][i] for i in range(3)]
                 for g0 in range(0, s.shape[1], span):
                     g1 = min(s.shape[1], g0 + span)
-                    c = xp.reshape(flat @ values[:, (done + g0) * d_o:(done + g1) * d_o],
-                                   (m, n * (g1 - g0), d_o))                            # e_j^T c_h
+                    columns = slice((done + g0) * d_o, (done + g1) * d_o)
                     p = xp.reshape(xp.permute_dims(s[:, g0:g1, :], (0, 2, 1)), (m, 1, n * (g1 - g0)))
+                    # The values' own rounding, at the size of their terms: Σ_hj s_hj |e_j|^T |c_h|.
+                    sizes = xp.reshape(flat_abs @ values_abs[:, columns], (m, n * (g1 - g0), d_o))
+                    value_sizes = value_sizes + xp.reshape(xp.matmul(p, sizes), (m, d_o))
+                    del sizes
+                    c = xp.reshape(flat @ values[:, columns], (m, n * (g1 - g0), d_o))          # e_j^T c_h
                     o = o + xp.reshape(xp.matmul(p, c), (m, d_o))                          # Σ_hj s_hj e_j^T c_h
                     c = xp.reshape(c, (m, n, g1 - g0, d_o))
                     half_range = xp.max(xp.max(c, axis=1) - xp.min(c, axis=1), axis=2) / 2            # (m, heads)
@@ -149,19 +188,28 @@ def _reordered_per_example(weights: Weights, E, X, ar: Arithmetic):
                 done += s.shape[1]
                 pending.clear()
 
-            for keys, shifts in groups:
-                w = ar.ldexp(xp.reshape(x @ keys, (m, -1, d)), e[:, None, None] + shifts[None, :, None])  # N x
+            for keys, keys2, shifts in groups:
+                unit = xp.reshape(x @ keys, (m, -1, d))                                    # N x at unit scale
+                w = ar.ldexp(unit, e[:, None, None] + shifts[None, :, None])
+                unit *= unit                                                                # its squares
                 logits = xp.matmul(w, xp.matrix_transpose(block))                          # (m, heads, n)
+                del w
                 if pending and (wide is None or sum(p[0].shape[1] for p in pending) + logits.shape[1] > span):
                     weigh()
                 top = ar.softmax_shift(logits)                 # softmax(logits, ar), with its parts:
                 shifted = ar.exp(logits - top)
                 total = xp.sum(shifted, axis=-1, keepdims=True)
-                largest = xp.maximum(top[..., 0], -xp.min(logits, axis=2))                   # (m, heads)
+                # The root sum of squares of each logit's terms, through N x and e^T (N x): where
+                # they cancel, rounding goes by their size, not |ℓ|.
+                unit += xp.reshape(x2 @ keys2, (m, -1, d))
+                spread2 = xp.max(xp.matmul(unit, block2), axis=2)                          # (m, heads)
+                del unit
+                rss = ar.ldexp(xp.sqrt(spread2), (e + e_E)[:, None] + shifts[None, :])
+                largest = xp.maximum(xp.maximum(top[..., 0], -xp.min(logits, axis=2)), rss)
                 pending.append((shifted / total, largest, 1 / total[..., 0]))  # top weight: exp(0)/total
             weigh()
             out[r0:r1, ...] = o
-            moved[r0:r1] = shift
+            moved[r0:r1] = shift + dword.U * xp.max(value_sizes, axis=1)
     with ar.session():                                   # the rows on every core
         ar.rows(part, T)
     return out, moved
@@ -169,16 +217,19 @@ def _reordered_per_example(weights: Weights, E, X, ar: Arithmetic):
 
 def _reordered_group(weights: Weights, ar: Arithmetic, h0: int, h1: int):
     """For heads ``h0..h1−1`` of :func:`_reordered_per_example`: their key maps ``N_h^T`` at unit
-    scale side by side (d, heads·d), and the exponents (host integers) that bring ``x N_h^T``
+    scale side by side (d, heads·d), the squares of their terms summed (``(K^2 Q^{2T})^T``, for
+    the rounding of ``N`` and ``N x``), and the exponents (host integers) that bring ``x N_h^T``
     back to ``N_h x`` for a query ``x`` at unit scale."""
     xp = ar.xp
-    keys, shifts = [], []
+    keys, squares, shifts = [], [], []
     for h in range(h0, h1):
         a, b = _exponent(ar, weights.W_K[h, ...]), _exponent(ar, weights.W_Q[h, ...])
-        N = ar.ldexp(weights.W_K[h, ...], -a) @ xp.matrix_transpose(ar.ldexp(weights.W_Q[h, ...], -b))   # (d, d)
+        K, Q = ar.ldexp(weights.W_K[h, ...], -a), ar.ldexp(weights.W_Q[h, ...], -b)
+        N = K @ xp.matrix_transpose(Q)                                                 # (d, d)
         keys.append(xp.matrix_transpose(N))
+        squares.append(xp.matrix_transpose(N**2 + K**2 @ xp.matrix_transpose(Q**2)))
         shifts.append(a + b)
-    return xp.concat(keys, axis=1), np.array(shifts, dtype=np.int64)
+    return xp.concat(keys, axis=1), xp.concat(squares, axis=1), np.array(shifts, dtype=np.int64)
 
 
 def _row_exponents(ar: Arithmetic, A) -> np.ndarray:

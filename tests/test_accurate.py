@@ -514,8 +514,9 @@ def test_shared_context_is_every_context_equal_to_the_first(T, n, d, seed, diffe
        skip=st.booleans(), T=st.sampled_from([1, 300]))
 def test_the_reordered_evaluation_weighs_every_head_once_across_groups_and_spans(seed, H, d_o, skip, T):
     """At d = 64 the detector's heads go in groups of 8 and its values in spans of d // d_o heads
-    (64, 21, 4 or 1), which cut across the groups; its outputs and its estimate of the logits'
-    rounding are those of the model evaluated example by example and head by head."""
+    (64, 21, 4 or 1), which cut across the groups; its outputs and its estimate of the rounding
+    (the logits' and the values', docs in construct.accurate) are those of the model evaluated
+    example by example and head by head."""
     from construct.accurate import _moved, _reordered
     rng = np.random.default_rng(seed)
     n, d, d_v = 3, 64, 5
@@ -526,13 +527,22 @@ def test_the_reordered_evaluation_weighs_every_head_once_across_groups_and_spans
     out, moved = _reordered(weights, E, X)
     want, want_moved = (X @ weights.W_D if skip else np.zeros((T, d_o))), np.zeros(T)
     for t in range(T):
+        value_sizes = np.abs(X[t]) @ np.abs(weights.W_D) if skip else np.zeros(d_o)    # Σ|terms|, per output
         for h in range(H):
-            logits = E[t] @ (weights.W_K[h] @ (weights.W_Q[h].T @ X[t]))
+            K, Q = weights.W_K[h], weights.W_Q[h]
+            N = K @ Q.T
+            logits = E[t] @ (N @ X[t])
             s = np.exp(logits - logits.max())
-            c = E[t] @ (weights.W_V[h] @ weights.W_O[h * d_v:(h + 1) * d_v] @ weights.W_D)      # (n, d_o)
+            B = weights.W_V[h] @ weights.W_O[h * d_v:(h + 1) * d_v] @ weights.W_D
+            c = E[t] @ B                                                                         # (n, d_o)
             want[t] += s @ c / s.sum()
             half_range = np.max(c.max(axis=0) - c.min(axis=0)) / 2
-            want_moved[t] += _moved(np, np.abs(logits).max(), 1 / s.sum(), half_range)
+            # Each logit's terms through N = K Q^T, N x and e^T (N x), root-sum-squared.
+            terms = (N @ X[t]) ** 2 + (N**2 + K**2 @ (Q**2).T) @ X[t] ** 2
+            rss = np.sqrt(E[t] ** 2 @ terms)
+            want_moved[t] += _moved(np, max(np.abs(logits).max(), rss.max()), 1 / s.sum(), half_range)
+            value_sizes += (s / s.sum()) @ (np.abs(E[t]) @ np.abs(B))
+        want_moved[t] += U * np.max(value_sizes)
     assert np.allclose(out, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
     assert np.allclose(moved, want_moved, rtol=1e-9, atol=0)
 
@@ -600,3 +610,65 @@ def test_double_words_near_overflow_are_taken_at_the_readouts_unit_scale(square)
     assert abs(v.max_abs_error / 2.0 ** 996 - small.max_abs_error) <= 1e-3 * small.max_abs_error + 1e-30
     built = build(scaled, 4)                          # built at unit scale: the scale goes into W_V
     assert built.verification.passed and built.verification.outputs == "double words"
+
+
+def _cancelling_logit_weights():
+    """One head, one example, two tokens: the logit of the first token is ``x1·K1 + x2·K2`` with
+    terms near 4.5e15 that cancel to 2.0065 exactly, where float64 gets 2.5 or 3 in any order of
+    summation, with or without FMA (an independent soundness review's case)."""
+    x1, x2, a, b = 4532593205260889, 4532593205260888, 162836514681, 162836514680
+    K1, K2 = 1 + a * 2.0 ** -52, -(1 + b * 2.0 ** -52)                     # exact float64 numbers
+    E = np.array([[[float(x1), float(x2)], [0.0, 1.0]]])
+    X = np.array([[1.0, 0.0]])
+    w = as_weights(np.array([[[K1], [K2]]]), np.array([[[1.0], [0.0]]]), np.array([[[2.0 ** -52], [0.0]]]),
+                   np.array([[1.0, 0.0]]), np.array([[1.0], [0.0]]))
+    return w, E, X
+
+
+def _exact_output(weights, E, X) -> float:
+    """The one output of the first example at 300 bits, the pre-layer (if any) applied exactly."""
+    exact = Mpmath(300)
+    with exact.working():
+        w = weights.map(exact.asarray, bits=None)
+        E2, X2 = layer_inputs(weights, exact.asarray(E), exact.asarray(X), exact)
+        return float(output_from_features(feature_matrix(E2, X2, w, exact, layered=True), X2, w, exact)[0, 0])
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_verify_sees_cancellation_inside_the_logits_dot_products(shared):
+    # Found by a soundness review: both float64 evaluations form the cancelling dot product
+    # alike, so they agreed, the logit itself is small (u·|ℓ| tiny), and verify passed labels
+    # the exact model misses by 0.018 (and failed the exact ones), "outputs in float64". On a
+    # shared context (the example twice) the detector takes the other route, W_K^T E^T first.
+    w, E, X = _cancelling_logit_weights()
+    if shared:
+        E, X = np.concatenate([E, E]), np.concatenate([X, X])
+    exact = _exact_output(w, E, X)
+    f64 = forward(E, X, w)
+    assert abs(f64[0, 0] - exact) > 0.01                        # the premise: float64 is far off
+    wrong = verify(w, as_dataset(E, X, f64))
+    assert wrong.outputs == "double words" and not wrong.passed
+    assert abs(wrong.max_abs_error - abs(f64[0, 0] - exact)) < 1e-9
+    right = verify(w, as_dataset(E, X, np.full((len(X), 1), exact)))
+    assert right.outputs == "double words" and right.max_abs_error < 1e-15
+    assert right.passed is (not shared)                        # twice the same example: rank Z = 1
+
+
+def test_verify_sees_the_pre_layers_rounding_of_its_outputs():
+    # Found by a soundness review: with the mean shift, both float64 evaluations read the
+    # layer's outputs rounded once to float64 (B + 2^-13 loses its 2^-13); the mean of the two
+    # tokens then cancels B and shows that loss (exact 2.44e-4, float64 1.83e-4), and verify
+    # passed the float64 outputs as labels.
+    B = 2.0 ** 40
+    E = np.array([[[B, 0.0], [-B + 2.0 ** -12, 1.0]]])
+    X = np.array([[0.0, 1.0]])
+    zero = np.zeros((1, 2, 1))
+    w = as_weights(zero, zero, np.array([[[1.0], [0.0]]]), np.array([[1.0, 0.0]]), np.array([[1.0], [0.0]]),
+                   prelayer="mean-shift")
+    exact = _exact_output(w, E, X)
+    f64 = forward(E, X, w)
+    assert abs(f64[0, 0] - exact) > 1e-5                        # the premise
+    wrong = verify(w, as_dataset(E, X, f64))
+    assert wrong.outputs == "double words" and not wrong.passed
+    right = verify(w, as_dataset(E, X, np.array([[exact]])))
+    assert right.outputs == "double words" and right.passed
