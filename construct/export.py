@@ -21,6 +21,7 @@ or ``float32``. With a dataset, :func:`export` evaluates the written file at its
 from __future__ import annotations
 
 import io
+import math
 import os
 import re
 import tempfile
@@ -32,7 +33,7 @@ import numpy as np
 from .arith import FLOAT64
 from .errors import InputError, numpy_error_defaults
 from .io import as_path
-from .limits import library, missing_library
+from .limits import library, missing_library, require_memory
 from .model import MATRICES as _NAMES
 from .model import PRELAYER_VERSION, Weights, as_weights, check_compatible, checked_weights
 
@@ -123,7 +124,13 @@ def _read_safetensors(path: Path) -> tuple[Weights, dict[str, np.ndarray]]:
             problems = [f"{name}: missing" for name in _NAMES if name not in names]
             problems += [f"{name}: unexpected tensor" for name in sorted(names - set(_NAMES))]
             tensors = {}
-            for name in (n for n in _NAMES if n in names):
+            present = [n for n in _NAMES if n in names]
+            # The shapes the header declares, before any values are read: a sparse file can
+            # declare hundreds of GiB, which safetensors meets with a MemoryError and a panic.
+            shapes = {name: tuple(int(k) for k in f.get_slice(name).get_shape()) for name in present}
+            require_memory(sum(2 * 8 * math.prod(shape) for shape in shapes.values()),
+                           f"{path}: reading " + ", ".join(f"{name} {shape}" for name, shape in shapes.items()))
+            for name in present:
                 try:
                     tensors[name] = f.get_tensor(name)
                 except (TypeError, AttributeError) as exc:   # bfloat16, float8: no NumPy dtype
@@ -491,21 +498,62 @@ def representable(w: Weights, dtype: np.dtype | str, advice: str) -> dict[str, n
                       else np.ascontiguousarray(nearest[name], dtype=dtype) for name in _NAMES}
         info = np.finfo(dtype)
     beyond = []
+    matters = _mattering(nearest, w.skip, float(info.eps) / 2)
     for name, a in arrays.items():
         exact = nearest[name]
         if not np.all(np.isfinite(a)):
             beyond.append(f"{name}: values up to {float(np.abs(exact).max()):.3g} exceed {name_of}'s range "
                           f"({float(info.max):.3g})")
-        # Values flushed to 0 that matter at the matrix's own scale; far smaller ones vanish in
-        # that arithmetic anyway.
-        top = float(np.abs(exact).max()) if exact.size else 0.0
-        lost = (a == 0) & (np.abs(exact) > top * float(info.eps) / 2)
+        # Values flushed to 0 that matter beside the terms they are summed with; far smaller ones
+        # vanish in that arithmetic anyway.
+        lost = (a == 0) & matters[name]
         if lost.any():
             beyond.append(f"{name}: values up to {float(np.abs(exact[lost]).max()):.3g} are below {name_of}'s range "
                           f"({float(info.smallest_subnormal):.3g}) and would become 0")
     if beyond:
         raise InputError(beyond + [advice], what=f"weights not representable in {name_of}", counted=False)
     return arrays
+
+
+def _mattering(nearest: dict[str, np.ndarray], skip: bool, relative: float) -> dict[str, np.ndarray]:
+    """For each matrix of float64 weights, which entries matter: those whose part in what they
+    are summed with exceeds ``relative`` times the largest part there, each entry weighed by the
+    largest entries of the factors it is multiplied by.
+
+    - ``W_K[h]`` and ``W_Q[h]``: column ``c`` of each meets column ``c`` of the other in head
+      ``h``'s logits ``Σ_c (eᵀK_c)(Q_cᵀx)``, and a head's logits are not summed with another's:
+      ``|K_kc| max|Q_c|`` against the largest such in head ``h`` (a head whose keys are far below
+      the others', with large queries, is no less a head).
+    - The values go into every output, summed over the heads: ``W_V[h]``'s column ``c`` meets row
+      ``h·d_v + c`` of ``W_O``, ``W_O``'s column ``k`` meets row ``k`` of ``W_D``; each weighed by
+      those, against the largest in its matrix. ``W_D`` also meets the query alone with the skip
+      connection: there an entry matters at ``W_D``'s own scale too.
+
+    The weights are scaled to the largest of each before they multiply (nothing overflows); a
+    weight that underflows counts as not mattering, far below any ``relative``.
+    """
+    A = {name: np.abs(a) for name, a in nearest.items()}
+
+    def unit(v: np.ndarray, axis=None) -> np.ndarray:
+        top = v.max(axis=axis, keepdims=True, initial=0.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(top > 0, v / np.where(top > 0, top, 1.0), 0.0)
+
+    def large(part: np.ndarray, axis=None) -> np.ndarray:
+        return part > relative * part.max(axis=axis, keepdims=True, initial=0.0)
+
+    K, Q, V, O, D = (A[name] for name in ("W_K", "W_Q", "W_V", "W_O", "W_D"))
+    H, d_v = V.shape[0], V.shape[2]
+    keys = large(K * unit(Q.max(axis=1, keepdims=True, initial=0.0), axis=(1, 2)), axis=(1, 2))
+    queries = large(Q * unit(K.max(axis=1, keepdims=True, initial=0.0), axis=(1, 2)), axis=(1, 2))
+    rows_O = O.max(axis=1, initial=0.0).reshape(H, 1, d_v)
+    values = large(V * unit(rows_O))
+    columns_V = V.max(axis=1, initial=0.0).reshape(H * d_v, 1)
+    outputs = large(O * unit(columns_V) * unit(D.max(axis=1, initial=0.0))[None, :])
+    readout = large(D * unit(O.max(axis=0, initial=0.0))[:, None])
+    if skip:
+        readout |= large(D)
+    return {"W_K": keys, "W_Q": queries, "W_V": values, "W_O": outputs, "W_D": readout}
 
 
 def _rounded_once(exact: np.ndarray, nearest: np.ndarray, dtype: np.dtype) -> np.ndarray:

@@ -657,3 +657,48 @@ def test_to_torch_rounds_to_bfloat16_once_and_refuses_what_it_loses():
         w = as_weights(W_K, np.ones((1, 2, 1)), np.ones((1, 2, 1)), np.ones((1, 2)), W_D)
         with pytest.raises(InputError, match=rf"(?s)W_K: values up to .*{words}.*torch.float64"):
             to_torch(w, dtype=torch.bfloat16)
+
+
+
+def _one_tiny_key_head(dtype: str) -> tuple[Weights, np.ndarray, np.ndarray]:
+    """Two heads (d = 4, d_h = 2) and data near 1e5: head 1's keys far below ``dtype``'s range,
+    its queries large, so that its logits are of order 1 as head 0's are."""
+    rng = np.random.default_rng(0)
+    tiny, large = {"float32": (1e-46, 1e36), "float16": (1e-9, 1e4)}[dtype]
+    W_K, W_Q = rng.standard_normal((2, 4, 2)), rng.standard_normal((2, 4, 2))
+    W_K[1] *= tiny
+    W_Q[1] *= large
+    W_K[0] *= 1e-5                                      # head 0 at the data's scale: logits of order 1
+    W_Q[0] *= 1e-5
+    w = Weights(W_K, W_Q, rng.standard_normal((2, 4, 1)), rng.standard_normal((2, 4)), rng.standard_normal((4, 1)))
+    E, X = 1e5 * rng.standard_normal((3, 3, 4)), 1e5 * rng.standard_normal((3, 4))
+    return w, E, X
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_an_export_refuses_a_heads_keys_that_would_become_zero_beside_other_heads(dtype):
+    # A hostile trial: a head's keys far below the other heads' (3.6e-48 beside 2e-31, from a
+    # high-precision build on data at 1e16) became zeros at float32: the test per matrix took
+    # them as negligible, but a head's keys meet only its own queries (here large). Exit 0, or
+    # max |f - y| = 0.36 where data were given.
+    torch = pytest.importorskip("torch")
+    w, E, X = _one_tiny_key_head(dtype)
+    flushed = Weights(w.W_K * np.array([1.0, 0.0])[:, None, None], w.W_Q, w.W_V, w.W_O, w.W_D)
+    assert np.abs(forward(E, X, w) - forward(E, X, flushed)).max() > 1e-3 * np.abs(forward(E, X, w)).max()
+    with pytest.raises(InputError, match=r"W_K: .* would become 0"):
+        to_torch(w, dtype=getattr(torch, dtype))
+    if dtype == "float32":
+        for fmt in FORMATS:
+            with pytest.raises(InputError, match=r"W_K: .* would become 0"):
+                export_bytes(w, fmt, dtype="float32")
+
+
+def test_an_export_keeps_keys_negligible_beside_their_own_heads_terms():
+    # The other side: a key column far below the rest of its head, whose queries are no larger,
+    # adds nothing float32 could hold to the head's logits: flushing it is no loss.
+    torch = pytest.importorskip("torch")
+    w, _, _ = _one_tiny_key_head("float32")
+    W_K, W_Q = w.W_K.copy(), w.W_Q.copy()
+    W_K[1], W_Q[1] = np.abs(W_K[1]) / 1e-46 + 1, np.abs(W_Q[1]) / 1e36 + 1       # head 1 at unit scale
+    W_K[1, :, 1] = 1e-50                                                          # one key column tiny
+    to_torch(Weights(W_K, W_Q, w.W_V, w.W_O, w.W_D), dtype=torch.float32)
