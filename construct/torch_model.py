@@ -33,6 +33,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .errors import InputError
+from .limits import require_memory
 from .model import MATRICES as _NAMES
 from .model import Weights, as_weights, checked_weights
 
@@ -164,6 +165,10 @@ def load_state_dict(state: dict) -> MemorizingAttention:
             problems.append(f"{k}: {v.dtype}, expected {_dtype_names()}")
         else:
             held.setdefault(v.dtype, []).append(k)
+            # The shape before the values: torch.save keeps an expand()ed view as the one value it
+            # repeats, so a small file can hold a tensor of any shape, and every test of its
+            # values would make it whole (the module's float64 copy too).
+            require_memory(3 * 8 * v.numel(), f"the state dict's {k}, a tensor of shape {tuple(v.shape)}")
             if not bool(torch.isfinite(v).all()):
                 problems.append(f"{k}: non-finite values (NaN or inf)")
     if len(held) > 1:

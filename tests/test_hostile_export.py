@@ -426,3 +426,44 @@ def test_export_refuses_a_tolerance_with_no_data_to_apply_it_to(small, tmp_path)
         export(weights, "safetensors", tmp_path / "w.safetensors", tol=1e-3)
     assert not (tmp_path / "w.safetensors").exists()
     assert export(weights, "safetensors", tmp_path / "w.safetensors")["path"].endswith("w.safetensors")
+
+
+def test_a_safetensors_file_declaring_a_tensor_beyond_memory_is_refused_by_name(small, tmp_path):
+    # A hostile trial: a sparse file (4 KiB on disk) whose header declares a 200 GiB W_K made
+    # safetensors raise MemoryError and then panic (pyo3's PanicException, a BaseException that
+    # `except Exception` does not catch), with a Rust backtrace.
+    weights, data = small
+    raw = export_bytes(weights, "safetensors")
+    size = int.from_bytes(raw[:8], "little")
+    header, payload = json.loads(raw[8:8 + size]), raw[8 + size:]
+    count = 200 * 2**30 // 8 // 4
+    new, body, offset = {"__metadata__": header["__metadata__"]}, b"", 0
+    for name in sorted(k for k in header if k not in ("__metadata__", "W_K")):
+        start, stop = header[name]["data_offsets"]
+        new[name] = dict(header[name], data_offsets=[offset, offset + stop - start])
+        body += payload[start:stop]
+        offset += stop - start
+    new["W_K"] = {"dtype": "F64", "shape": [1, 4, count], "data_offsets": [offset, offset + 8 * 4 * count]}
+    text = json.dumps(new).encode()
+    text += b" " * (-len(text) % 8)
+    path = tmp_path / "sparse.safetensors"
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + body)
+        f.truncate(8 + len(text) + offset + 8 * 4 * count)
+    for call in (lambda: read_safetensors(path), lambda: evaluate(path, "safetensors", data.E, data.X)):
+        with pytest.raises(InputError, match=r"W_K.*\(1, 4, 6710886400\)"):
+            call()
+
+
+def test_a_state_dict_with_an_expanded_tensor_beyond_memory_is_refused_by_name(small, tmp_path):
+    # A hostile trial: torch.save keeps a stride-0 expand() as one value, so a 3.9 KB file held a
+    # W_K of shape (2^16, 6, 2^30); the finiteness test allocated 3.4e15 bytes and raised
+    # PyTorch's RuntimeError (can't allocate memory).
+    from construct.torch_model import load_state_dict, to_torch
+    weights, data = small
+    state = {**to_torch(weights).state_dict(), "W_K": torch.zeros(1, dtype=torch.float64).expand(2**16, 4, 2**30)}
+    torch.save(state, tmp_path / "expanded.pt")
+    with pytest.raises(InputError, match=r"W_K.*\(65536, 4, 1073741824\)"):
+        load_state_dict(state)
+    with pytest.raises(InputError, match=r"W_K.*\(65536, 4, 1073741824\)"):
+        evaluate(tmp_path / "expanded.pt", "torch", data.E, data.X)
