@@ -381,6 +381,10 @@ def _cmd_certify(args) -> int:
     return 0 if result.passed else 1
 
 
+# A build's report.json is far smaller (about 0.3 MB at H = 512); one larger is not one of its.
+MAX_REPORT_BYTES = 64 << 20
+
+
 def _report_of(report: Path, weights: Path) -> tuple[str | None, bool]:
     """``(sha256 of report.json, False)`` where that report describes these weights (its
     ``weights_sha256`` is theirs), ``(None, True)`` where one lies there and does not (another
@@ -391,6 +395,8 @@ def _report_of(report: Path, weights: Path) -> tuple[str | None, bool]:
     if not report.is_file():
         return None, False
     try:
+        if report.stat().st_size > MAX_REPORT_BYTES:       # not one the engine wrote: never read whole
+            return None, True
         payload = report.read_bytes()
         described = json.loads(payload).get("weights_sha256")
     except (OSError, ValueError, AttributeError, RecursionError):

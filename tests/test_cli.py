@@ -911,3 +911,17 @@ def test_a_certificate_of_part_of_the_builds_classes_passes_its_own_check(tmp_pa
     assert run(["certify", weights, part, "--out", cert], capsys)[0] == 0
     code, out, err = run(["certify", weights, part, "--check", cert], capsys)
     assert code == 0 and "certificate ACCEPTED" in out, out + err
+
+
+def test_a_huge_file_named_report_json_beside_the_weights_is_not_read_whole(tmp_path, capsys, small_run):
+    # A hostile trial: a sparse 200 GiB report.json beside valid weights made export (and, with
+    # class labels, verify and certify) fail "out of memory; nothing written", naming no file:
+    # the report was read whole to hash it. Such a file is no build's report: not linked.
+    report = small_run / "report.json"
+    report.unlink()
+    with open(report, "wb") as f:
+        f.truncate(200 * 2**30)
+    code, out, err = run(["export", small_run / "weights.npz", "--format", "safetensors",
+                          "--out", tmp_path / "m.safetensors"], capsys)
+    assert code == 0 and (tmp_path / "m.safetensors").is_file(), err
+    assert "describes other weights (or cannot be read): not linked" in out
