@@ -72,6 +72,34 @@ def layer_data(result) -> tuple[np.ndarray, np.ndarray]:
     return layer_inputs(result.weights, result.data.E, result.data.X)
 
 
+def a1_status(X: np.ndarray, n: int) -> tuple[str, bool | None]:
+    """Whether the queries ``X`` meet A1 as the paper states it (every ``n`` of them linearly
+    independent: Kruskal rank at least ``n``), decided exactly where at most
+    :data:`construct.assumptions.EXACT_BUDGET` subsets are to be checked: a line for the
+    quantities, and True, False or None (not decided).
+
+    Theorem 1's and Proposition 1's checks decide the partition condition instead (what the
+    construction needs, which A1 implies): where A1 fails and that condition holds, what they
+    confirm is the statement with the weaker hypothesis, and their name says so."""
+    from math import comb
+
+    from construct.assumptions import EXACT_BUDGET, kruskal_check
+    T = X.shape[0]
+    if comb(T, n) > EXACT_BUDGET:
+        return f"not decided (C({T}, {n}) subsets of queries, more than {EXACT_BUDGET:,})", None
+    a1 = kruskal_check(X, n, "queries", 1, budget=EXACT_BUDGET)
+    if a1.exact_holds is None:
+        return "not decided", None
+    return ("holds" if a1.exact_holds else f"fails (Kruskal rank of the queries {a1.exact_rank} < n = {n})",
+            bool(a1.exact_holds))
+
+
+def weaker_than_a1(statement: str, a1: bool | None) -> str:
+    """``statement``, or where A1 is known to fail, named as the statement with the partition
+    condition in its place (:func:`a1_status`)."""
+    return statement if a1 is not False else f"{statement} (the partition condition in place of A1, which fails)"
+
+
 def features_rank(data, weights) -> tuple[np.ndarray, int, np.ndarray]:
     """``Z`` of ``weights`` on ``data`` (after their pre-layer, if any) in the weights' own
     arithmetic (float64, or mpmath at their bits), its numerical rank there and its singular

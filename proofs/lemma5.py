@@ -1,6 +1,11 @@
 """Lemma 5 (Weyl): if ``‖A − B‖_2 < σ_min⁺(A)`` then ``rank B ≥ rank A``.
 
-``σ_min⁺(A)`` is the smallest singular value of ``A`` that its numerical rank counts.
+``σ_min⁺(A)`` is the smallest singular value of ``A`` that its numerical rank counts, and both
+ranks are numerical ones (the convention of every check, :mod:`proofs.check`): the statement
+checked is Weyl's for the singular values float64 can resolve. A matrix's exact rank can exceed
+its numerical one: ``A = diag(1, 1e-17)`` has rank 2 and ``σ⁺ = 1e-17`` exactly, so with
+``B = diag(1, 0)`` the exact hypothesis fails; numerically ``A`` has rank 1 and ``σ⁺ = 1``, the
+hypothesis holds, and so does the conclusion (rank 1 ≥ 1).
 
 Weyl gives ``σ_r(B) ≥ σ_min⁺(A) − ‖A − B‖_2`` (``r = rank A``). Where that margin, less the
 rounding of the numbers it is computed from, is within ``B``'s rank tolerance (and its SVD's

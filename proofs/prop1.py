@@ -18,8 +18,8 @@ from construct.model import feature_matrix
 from construct.limits import integer
 from construct.partition import partition
 
-from .check import (Check, features_rank, layer_data, logit_radius, machine_limit, one_blas_thread, options,
-                    traced_head)
+from .check import (Check, a1_status, features_rank, layer_data, logit_radius, machine_limit, one_blas_thread,
+                    options, traced_head, weaker_than_a1)
 
 STATEMENT = "Proposition 1"
 
@@ -44,7 +44,8 @@ def check(data: Dataset, heads: int, head_dim: int | None = None, *, seed: int =
 
     A False conclusion means the float64 construction did not reach the rank (quantity
     ``construction_error`` says why): a failure to confirm this existential statement, not a
-    counterexample.
+    counterexample. As for Theorem 1, A1 is decided through the partition condition, and
+    quantity ``A1`` says whether A1 itself holds (where it fails, the check is so named).
     """
     data, heads, d_h, _ = options(data, heads, head_dim)
     seed = integer(seed, "seed", 0)
@@ -52,19 +53,21 @@ def check(data: Dataset, heads: int, head_dim: int | None = None, *, seed: int =
     fitted = min(data.T, capacity(heads, data.n, d_h))
     bound = fitted
     hyp = hypotheses(data, k, fitted)
-    q: dict = {"T": data.T, "H": heads, "k": k, "bound": bound}
+    a1_line, a1 = a1_status(data.X, data.n)
+    q: dict = {"T": data.T, "H": heads, "k": k, "bound": bound, "A1": a1_line}
+    statement = weaker_than_a1(STATEMENT, a1)
     if not all(hyp.values()):
-        return Check(STATEMENT, hyp, None, q)
+        return Check(statement, hyp, None, q)
     try:
         sub = as_dataset(data.E[:fitted], data.X[:fitted], data.Y[:fitted])
         weights = build(sub, heads, head_dim=d_h, seed=seed).weights
     except ConstructError as exc:
         if machine_limit(exc):
             raise
-        return Check(STATEMENT, hyp, False, {**q, "construction_error": str(exc)})
+        return Check(statement, hyp, False, {**q, "construction_error": str(exc)})
     _, rank_Z, s = features_rank(data, weights)
     q.update(rank_Z=rank_Z, sigma_min_Z=float(s[min(bound, s.size) - 1]), weights=weights)
-    return Check(STATEMENT, hyp, rank_Z >= bound, q)
+    return Check(statement, hyp, rank_Z >= bound, q)
 
 
 @one_blas_thread

@@ -15,7 +15,7 @@ from construct.model import param_count
 from construct.verify import DEFAULT_TOL
 
 from . import prop1
-from .check import Check, machine_limit, one_blas_thread, options
+from .check import Check, a1_status, machine_limit, one_blas_thread, options, weaker_than_a1
 
 STATEMENT = "Theorem 1"
 
@@ -35,21 +35,25 @@ def check(data: Dataset, heads: int, head_dim: int | None = None, value_dim: int
     """Theorem 1 on ``data``: the construction's weights reproduce every label within ``tol``.
 
     A False conclusion is a float64 failure of the construction (``construction_error``), not a
-    counterexample: the theorem is about exact arithmetic.
+    counterexample: the theorem is about exact arithmetic. A1 is decided through the partition
+    condition, which it implies (what the construction needs); quantity ``A1`` says whether A1
+    itself holds, and where it fails the check is named for the weaker statement.
     """
     data, heads, d_h, d_v = options(data, heads, head_dim, value_dim)
     seed, tol = integer(seed, "seed", 0), tolerance(tol)
     hyp = hypotheses(data, heads, d_h, d_v)
+    a1_line, a1 = a1_status(data.X, data.n)
     q: dict = {"T": data.T, "capacity": capacity(heads, data.n, d_h),
-               "parameters": param_count(heads, data.d, d_h, d_v, data.d_o)}
+               "parameters": param_count(heads, data.d, d_h, d_v, data.d_o), "A1": a1_line}
+    statement = weaker_than_a1(STATEMENT, a1)
     if not all(hyp.values()):
-        return Check(STATEMENT, hyp, None, q)
+        return Check(statement, hyp, None, q)
     try:
         result = build(data, heads, head_dim=d_h, value_dim=d_v, skip=skip, seed=seed, tol=tol, trace=trace)
     except ConstructError as exc:
         if machine_limit(exc):
             raise
-        return Check(STATEMENT, hyp, False, {**q, "construction_error": str(exc)})
+        return Check(statement, hyp, False, {**q, "construction_error": str(exc)})
     v = result.verification
     q.update(rank_Z=v.rank_Z, max_abs_error=v.max_abs_error, tol=v.tol, result=result)
-    return Check(STATEMENT, hyp, v.passed, q)
+    return Check(statement, hyp, v.passed, q)

@@ -1179,3 +1179,117 @@ def test_lemma2_confirms_where_float64_sees_the_rank_whatever_the_rounding():
     # said undecided where float64 sees the lemma hold (it was confirmed before the rounding).
     r = proofs.lemma2.check(np.diag([1.0, 1e-15]), 1.0)
     assert r.quantities["rank_shifted"] == 2 and r.confirmed, str(r)
+
+
+# --- the checks' refutations: a proofs audit found these branches untested -------------------------
+# Weakening each comparison below by one (or a refutation into "undecided") passed every test.
+
+def _shortened(target: int, by: int = 1):
+    """A ``numerical_rank`` whose ``target``-th call reports ``by`` less (negative: more)."""
+    from construct.arith import numerical_rank
+    calls = []
+
+    def rank(A):
+        calls.append(A.shape)
+        r, s = numerical_rank(A)
+        return (r - by, s) if len(calls) == target else (r, s)
+    return rank
+
+
+@pytest.fixture(scope="module")
+def traced():
+    from construct import synthetic
+    return build(synthetic("independent", T=7, n=3, d=4, seed=0), 3, trace=True, precision="float64")
+
+
+@pytest.mark.parametrize("call", [1, 2], ids=["rank N", "rank of the rows so far"])
+def test_prop1_step_refutes_a_rank_one_short(traced, call, monkeypatch):
+    assert proofs.prop1.check_step(traced, 2).confirmed
+    monkeypatch.setattr(proofs.prop1, "numerical_rank", _shortened(call))     # N first, then Z[:stop]
+    r = proofs.prop1.check_step(traced, 2)
+    assert r.applies and r.conclusion is False, str(r)
+
+
+def test_claim1_and_claim2_refute_a_key_query_product_of_rank_one_too_many(traced, monkeypatch):
+    assert proofs.claim2.check_head(traced, 2).confirmed
+    monkeypatch.setattr(proofs.claim2, "factored_rank", lambda K, Q: K.shape[1] + 1)   # |S| + 2
+    r = proofs.claim2.check_head(traced, 2)
+    assert r.applies and r.conclusion is False, str(r)
+    rng = np.random.default_rng(0)
+    E_S, X_S = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 4))
+    s = interior_targets(rng, 2, 3)
+    assert proofs.claim1.check(E_S, X_S, s).confirmed
+    monkeypatch.setattr(proofs.claim1, "factored_rank", lambda K, Q: K.shape[1] + 1)   # m + 1
+    r = proofs.claim1.check(E_S, X_S, s)
+    assert r.applies and r.conclusion is False, str(r)
+
+
+def test_prop5_refutes_a_rank_beyond_its_bound_and_its_rounding(monkeypatch):
+    # As Proposition 2's check does: a sixth direction far above Z's rounding contradicts the
+    # bound H(d − 1) + 1 = 5 (H = 2, d = 3).
+    from construct import Weights
+    from construct.arith import numerical_rank
+    rng = np.random.default_rng(1)
+    T, n, d, H = 8, 2, 3, 2
+    E = rng.uniform(0.1, 1, (T, n, d))
+    E /= E.sum(axis=2, keepdims=True)                   # every token's coordinates sum to 1
+    data = as_dataset(E, rng.standard_normal((T, d)), rng.standard_normal(T))
+    weights = Weights(rng.standard_normal((H, d, 2)), rng.standard_normal((H, d, 2)), rng.standard_normal((H, d, 1)),
+                      rng.standard_normal((H, d)), rng.standard_normal((d, 1)))
+    r = proofs.prop5.check(data, weights)
+    assert r.confirmed and r.quantities["bound"] == 5, str(r)
+    Z = rng.standard_normal((T, H * d))                 # rank 6, its singular values of order 1
+    monkeypatch.setattr(proofs.prop5, "features_rank", lambda data, weights: (Z, *numerical_rank(Z)))
+    r = proofs.prop5.check(data, weights)
+    assert r.quantities["rank_Z"] == 6 > r.quantities["bound"]
+    assert r.applies and r.conclusion is False, str(r)
+
+
+@pytest.mark.parametrize("statement", ["theorem1", "prop1"])
+def test_theorem1_and_prop1_say_false_where_the_construction_fails(statement, monkeypatch):
+    # The construction is the proof: a failed build (or, for Theorem 1, a failed verification)
+    # is a False conclusion, never a confirmation.
+    from construct import ConstructionError, synthetic
+    data = synthetic("independent", T=7, n=3, d=4, seed=0)
+    module = getattr(proofs, statement)
+    assert module.check(data, 3).confirmed
+
+    def failing(*args, **kwargs):
+        raise ConstructionError("a numerical step failed (a test double)")
+    monkeypatch.setattr(module, "build", failing)
+    r = module.check(data, 3)
+    assert r.applies and r.conclusion is False and "test double" in r.quantities["construction_error"], str(r)
+    if statement == "theorem1":
+        from dataclasses import replace
+        result = build(data, 3)
+        monkeypatch.setattr(module, "build", lambda *a, **k: replace(
+            result, verification=replace(result.verification, passed=False)))
+        r = module.check(data, 3)
+        assert r.applies and r.conclusion is False, str(r)
+
+
+def test_lemma3_tokens_that_tie_with_every_term_zero_refute_the_separation():
+    # e_1·a = e_2·a = 0 exactly, every term 0: no rounding can hide a gap, so the draw is a
+    # failure of separation (False), not "undecided".
+    b, X_A, X_S = np.array([1.0, 0.0, 0.0]), np.array([[1.0, 0.0, 0.0]]), np.array([[0.0, 0.0, 1.0]])
+    r = proofs.lemma3.check(X_S, np.array([[[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]]), X_A, a=np.array([1.0, 0.0, 0.0]), b=b)
+    assert r.applies and r.conclusion is False, str(r)
+
+
+@pytest.mark.parametrize("statement", ["theorem1", "prop1"])
+def test_theorem1_and_prop1_name_the_weaker_statement_where_a1_itself_fails(statement):
+    # A proofs audit: with x_6 = x_3 + x_4 (Kruskal rank 2 < n = 3) both printed "confirmed"
+    # under the paper's name, although A1 fails: they decide the partition condition (which A1
+    # implies, and which these queries meet). They now say which statement they confirmed.
+    rng = np.random.default_rng(0)
+    H, n, d = 3, 3, 4
+    E, X = rng.standard_normal((H * (n - 1) + 1, n, d)), rng.standard_normal((H * (n - 1) + 1, d))
+    X[6] = X[3] + X[4]
+    data = as_dataset(E, X, rng.standard_normal(len(X)))
+    module = getattr(proofs, statement)
+    r = module.check(data, H)
+    assert r.confirmed and "in place of A1" in r.statement and r.quantities["A1"].startswith("fails"), str(r)
+    assert "in place of A1" in str(r).splitlines()[0]
+    X[6] = rng.standard_normal(d)
+    r = module.check(as_dataset(E, X, data.Y), H)
+    assert r.confirmed and r.statement == module.STATEMENT and r.quantities["A1"] == "holds", str(r)
