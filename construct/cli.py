@@ -993,7 +993,7 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
     except KeyboardInterrupt as exc:         # outside the command: its imports and options, or its end
         stop = "terminated (SIGTERM)" if isinstance(exc, _Terminated) else "interrupted"
-        print(f"mha-construct: {stop}{_what_was_written(' after writing ')}", file=sys.stderr)
+        _tell(f"mha-construct: {stop}{_what_was_written(' after writing ')}")
         return 143 if isinstance(exc, _Terminated) else 130
     finally:
         if before is not None:
@@ -1001,6 +1001,22 @@ def main(argv: list[str] | None = None) -> int:
         try:
             restore()
         except (ValueError, OSError):
+            pass
+
+
+def _tell(message: str) -> None:
+    """``message`` on standard error, where it can be written: a full disk or a closed stream
+    under it must not turn the command's exit code (2 for bad input or an output not written)
+    into Python's 1 for an exception in the handler. Where it cannot, standard error becomes
+    the null device, so that Python's own flush of it at exit does not fail again (exit 120)."""
+    try:
+        print(message, file=sys.stderr)
+        if sys.stderr is not None:
+            sys.stderr.flush()
+    except (OSError, ValueError):
+        try:
+            sys.stderr = open(os.devnull, "w")
+        except OSError:
             pass
 
 
@@ -1013,7 +1029,7 @@ def _main(argv: list[str] | None) -> int:
             _Stdout(sys.stdout)._reader_gone()
             return 0
         code = f" [Errno {exc.errno}]" if exc.errno else ""     # a full disk
-        print(f"mha-construct: error: cannot write to standard output: {exc.strerror or exc}{code}", file=sys.stderr)
+        _tell(f"mha-construct: error: cannot write to standard output: {exc.strerror or exc}{code}")
         return 2
     vars(args).pop("_given", None)
     saved = sys.stdout
@@ -1025,20 +1041,20 @@ def _main(argv: list[str] | None) -> int:
             sys.stdout.flush()                # a full disk under stdout is named here, not lost
         return code
     except (InputError, OutputError) as exc:
-        print(f"mha-construct {args.command}: error: {exc}", file=sys.stderr)
+        _tell(f"mha-construct {args.command}: error: {exc}")
         return 2
     except ConstructError as exc:
-        print(f"mha-construct {args.command}: error: {exc}", file=sys.stderr)
+        _tell(f"mha-construct {args.command}: error: {exc}")
         return 1
     except OSError as exc:
-        print(f"mha-construct {args.command}: error: {exc}", file=sys.stderr)
+        _tell(f"mha-construct {args.command}: error: {exc}")
         return 2
     except MemoryError:
-        print(f"mha-construct {args.command}: error: out of memory; {_what_was_written()}", file=sys.stderr)
+        _tell(f"mha-construct {args.command}: error: out of memory; {_what_was_written()}")
         return 2
     except KeyboardInterrupt as exc:
         stop = "terminated (SIGTERM)" if isinstance(exc, _Terminated) else "interrupted"
-        print(f"mha-construct {args.command}: {stop}{_what_was_written(' after writing ')}", file=sys.stderr)
+        _tell(f"mha-construct {args.command}: {stop}{_what_was_written(' after writing ')}")
         return 143 if isinstance(exc, _Terminated) else 130
     finally:
         if sys.stdout is not None:

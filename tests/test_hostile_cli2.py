@@ -436,3 +436,21 @@ def test_the_console_script_and_python_m_run_the_console_entry():
     assert '\nmha-construct = "construct.cli:console"\n' in pyproject
     main_py = (Path(__file__).resolve().parents[1] / "construct" / "__main__.py").read_text()
     assert "sys.exit(console())" in main_py
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("case", ["bad input", "passing, stdout full too"])
+def test_an_unwritable_standard_error_keeps_the_exit_code(tmp_path, good, case):
+    # A hostile trial: with standard error on a full disk, bad input exited 1 (documented: the
+    # weights do not memorize) instead of 2: the error message's own failure escaped the handler;
+    # a passing verify with stdout full as well exited 1 the same way.
+    data = write(tmp_path / "d.npz", **good)
+    subprocess.run([sys.executable, "-m", "construct", "build", str(data), "--out", str(tmp_path / "run"), "--quiet"],
+                   check=True, capture_output=True, timeout=300)
+    weights = tmp_path / "run" / "weights.npz"
+    if case == "bad input":
+        weights = write(tmp_path / "w.npz", W_K=np.full((1, 6, 2), np.nan))
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "construct", "verify", str(weights), str(tmp_path / "run" / "data.npz")],
+                              stdout=full if case != "bad input" else subprocess.DEVNULL, stderr=full, timeout=300)
+    assert proc.returncode == 2
