@@ -31,7 +31,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from .arith import FLOAT64
-from .errors import InputError, numpy_error_defaults
+from .errors import InputError, OutputError, numpy_error_defaults
 from .io import as_path
 from .limits import library, missing_library, require_memory
 from .model import MATRICES as _NAMES
@@ -459,15 +459,31 @@ def export(weights: Weights, fmt: str, out: str | os.PathLike, *, dtype: str = "
     payload = export_bytes(weights, fmt, dtype, report_sha256)
     info: dict = {"format": fmt, "dtype": dtype, "path": str(out)}
     if data is not None:            # checked before it is written: an interruption leaves ``out`` as it was
-        with tempfile.TemporaryDirectory() as scratch:
+        with _scratch(out) as scratch:
             trial = Path(scratch) / f"model.{fmt}"
-            trial.write_bytes(payload)
+            try:
+                trial.write_bytes(payload)
+            except OSError as exc:
+                raise OutputError(f"{trial}: the model's trial copy (evaluated before {out} is written) cannot be "
+                                  f"written in {scratch} ({exc.strerror or exc}); set TMPDIR to a folder with room; "
+                                  f"nothing written") from None
             with np.errstate(over="ignore", invalid="ignore"):   # beyond float32's range: labels do not hold
                 f = evaluate(trial, fmt, data.E, data.X)
         err = float(np.abs(f - data.Y).max()) if np.all(np.isfinite(f)) else float("inf")
         info.update(max_abs_error=err, allowed=allowed, labels_hold=bool(err <= allowed))
     write_atomic(out, payload)
     return info
+
+
+def _scratch(out) -> tempfile.TemporaryDirectory:
+    """A temporary folder for the trial evaluation of an export to ``out``, or an
+    :class:`OutputError` naming where it could not be made (``TMPDIR``)."""
+    try:
+        return tempfile.TemporaryDirectory()
+    except OSError as exc:
+        raise OutputError(f"{tempfile.gettempdir()}: no folder for the model's trial copy (evaluated before {out} "
+                          f"is written) can be made there ({exc.strerror or exc}); set TMPDIR to a folder with "
+                          "room; nothing written") from None
 
 
 # PyTorch's bfloat16, which NumPy lacks: float32's exponents with 8 significant bits (7 stored).

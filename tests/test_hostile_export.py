@@ -467,3 +467,29 @@ def test_a_state_dict_with_an_expanded_tensor_beyond_memory_is_refused_by_name(s
         load_state_dict(state)
     with pytest.raises(InputError, match=r"W_K.*\(65536, 4, 1073741824\)"):
         evaluate(tmp_path / "expanded.pt", "torch", data.E, data.X)
+
+
+def test_an_export_whose_trial_copy_cannot_be_written_names_where(small, tmp_path, monkeypatch):
+    # A hostile trial: with TMPDIR on a full disk, export --data said only "error: [Errno 28] No
+    # space left on device". It names the folder and what it was writing now; nothing is written.
+    import errno
+    import tempfile
+    from pathlib import Path
+
+    from construct.errors import OutputError
+    from construct.export import export
+    weights, data = small
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no such folder"))
+    with pytest.raises(OutputError, match=r"no such folder: no folder for the model's trial copy .* set TMPDIR"):
+        export(weights, "safetensors", tmp_path / "m.safetensors", data=data)
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    real = Path.write_bytes
+
+    def full(self, payload):
+        if self.name.startswith("model."):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, payload)
+    monkeypatch.setattr(Path, "write_bytes", full)
+    with pytest.raises(OutputError, match=r"model\.safetensors: the model's trial copy .*\(No space left .* set TMPDIR"):
+        export(weights, "safetensors", tmp_path / "m.safetensors", data=data)
+    assert not (tmp_path / "m.safetensors").exists()
