@@ -66,7 +66,8 @@ def _reordered(weights: Weights, E, X, ar: Arithmetic = FLOAT64):
     """:func:`reordered_outputs`, and for each example an estimate of how far the rounding that
     every float64 evaluation shares could move its outputs (T,): each logit's (:func:`_moved`,
     summed over the heads) and the values' at the size of their terms (``u Σ_hj p_hj |e_j|ᵀ|B_h|``
-    with the skip connection's ``u |x|ᵀ|W_D|``, the largest over the outputs). Every evaluation
+    with the skip connection's ``u |x|ᵀ|W_D|``, the largest over the outputs; on contexts of
+    their own bounded by the largest token's norm times ``Σ_h ‖B_h[:, o]‖``). Every evaluation
     rounds the logits it forms, whatever its order, so two of them can agree where both are far
     from the exact model (a logit ``10^17 + 1`` is ``10^17`` in either; terms of 4.5e15 that
     cancel to 2 give 2.5 or 3 in either); and a pre-layer's outputs, rounded once to float64,
@@ -111,7 +112,8 @@ def _moved(xp, largest, p_max, half_range):
     values' spread about the midpoint counts), and where one weight holds nearly all
     (saturation) only the rest, ``1 − p_max``, moves, on both sides of the sum. ``largest`` is
     the larger of ``|ℓ|`` and the root sum of squares of the logit's terms through the products
-    that form it: a dot product whose terms cancel is rounded at the terms' size, in every
+    that form it (on contexts of their own a bound on it by Cauchy–Schwarz, with the largest
+    token's norm): a dot product whose terms cancel is rounded at the terms' size, in every
     order (terms of 4.5e15 that cancel to 2 leave float64 2.5 or 3). An estimate, for
     :func:`rounding_visible` (not a bound on float64's error)."""
     return xp.expm1(2 * dword.U * largest) * xp.minimum(2 * (1 - p_max), 1.0) * half_range
@@ -147,39 +149,36 @@ def _reordered_per_example(weights: Weights, E, X, ar: Arithmetic):
     values = xp.concat([weights.W_V[h, ...] @ (weights.W_O[h * d_v:(h + 1) * d_v, ...] @ weights.W_D)
                         for h in range(H)], axis=1)                             # (d, H·d_o)
     out, moved = ar.zeros((T, d_o)), ar.zeros((T,))
-    values_abs, W_D_abs = xp.abs(values), xp.abs(weights.W_D)
+    # Σ_h ‖B_h[:, o]‖ per output: with a context's largest token norm, Cauchy–Schwarz's bound on
+    # Σ_hj p_hj |e_j|ᵀ|B_h[:, o]| (the weights p_hj of each head sum to 1).
+    value_norms = xp.sum(ar.vector_norm(xp.reshape(values, (d, H, d_o)), axis=0), axis=0)   # (d_o,)
+    W_D_abs = xp.abs(weights.W_D)
 
     def part(lo: int, hi: int) -> None:
         for r0, r1 in row_blocks(lo, hi, ar.cache_rows):
             block, x, m = E[r0:r1, ...], X[r0:r1, ...], r1 - r0
             o = x @ weights.W_D if weights.skip else ar.zeros((m, d_o))
             shift = ar.zeros((m,))
-            # Σ|terms| of each output: the skip connection's, then every head's values (weigh).
-            value_sizes = xp.abs(x) @ W_D_abs if weights.skip else ar.zeros((m, d_o))
             flat, e = xp.reshape(block, (m * n, d)), _row_exponents(ar, x)
-            flat_abs = xp.abs(flat)
             x = ar.ldexp(x, -e[:, None])                                       # unit scale
-            # The squares of each context and query at unit scale, for the logits' terms.
+            # For the logits' terms: each context's largest token norm (at unit scale: no square
+            # overflows) and the queries' squares.
             e_E = _row_exponents(ar, xp.reshape(block, (m, n * d)))
-            block2 = ar.ldexp(block, -e_E[:, None, None])
-            block2 *= block2
-            block2 = xp.matrix_transpose(block2)                                           # (m, d, n)
-            x2 = x * x
+            unit_E = ar.ldexp(block, -e_E[:, None, None])
+            norms = xp.sqrt(xp.max(xp.sum(unit_E * unit_E, axis=2), axis=1))                # (m,)
+            del unit_E
+            x2 = xp.sum(x * x, axis=1)                                                     # ‖x‖² (unit scale)
             pending: list = []                  # (softmax, largest logit size, top weight) of heads not yet weighed
             done = 0                            # heads weighed
 
             def weigh() -> None:                # the pending heads' values, a span at a time
-                nonlocal o, shift, value_sizes, done
+                nonlocal o, shift, done
                 s, largest, p_max = [xp.concat([p[i] for p in pending], axis=1) if len(pending) > 1
                                      else pending[0][i] for i in range(3)]
                 for g0 in range(0, s.shape[1], span):
                     g1 = min(s.shape[1], g0 + span)
                     columns = slice((done + g0) * d_o, (done + g1) * d_o)
                     p = xp.reshape(xp.permute_dims(s[:, g0:g1, :], (0, 2, 1)), (m, 1, n * (g1 - g0)))
-                    # The values' own rounding, at the size of their terms: Σ_hj s_hj |e_j|^T |c_h|.
-                    sizes = xp.reshape(flat_abs @ values_abs[:, columns], (m, n * (g1 - g0), d_o))
-                    value_sizes = value_sizes + xp.reshape(xp.matmul(p, sizes), (m, d_o))
-                    del sizes
                     c = xp.reshape(flat @ values[:, columns], (m, n * (g1 - g0), d_o))          # e_j^T c_h
                     o = o + xp.reshape(xp.matmul(p, c), (m, d_o))                          # Σ_hj s_hj e_j^T c_h
                     c = xp.reshape(c, (m, n, g1 - g0, d_o))
@@ -191,7 +190,6 @@ def _reordered_per_example(weights: Weights, E, X, ar: Arithmetic):
             for keys, keys2, shifts in groups:
                 unit = xp.reshape(x @ keys, (m, -1, d))                                    # N x at unit scale
                 w = ar.ldexp(unit, e[:, None, None] + shifts[None, :, None])
-                unit *= unit                                                                # its squares
                 logits = xp.matmul(w, xp.matrix_transpose(block))                          # (m, heads, n)
                 del w
                 if pending and (wide is None or sum(p[0].shape[1] for p in pending) + logits.shape[1] > span):
@@ -199,17 +197,24 @@ def _reordered_per_example(weights: Weights, E, X, ar: Arithmetic):
                 top = ar.softmax_shift(logits)                 # softmax(logits, ar), with its parts:
                 shifted = ar.exp(logits - top)
                 total = xp.sum(shifted, axis=-1, keepdims=True)
-                # The root sum of squares of each logit's terms, through N x and e^T (N x): where
-                # they cancel, rounding goes by their size, not |ℓ|.
-                unit += xp.reshape(x2 @ keys2, (m, -1, d))
-                spread2 = xp.max(xp.matmul(unit, block2), axis=2)                          # (m, heads)
+                # The root sum of squares of each logit's terms, through N and N x and e^T (N x):
+                # where they cancel, rounding goes by their size, not |ℓ|. Σ_k e_k² t_k with
+                # t_k = (N x)_k² + Σ_i S_ki x_i² is at most ‖e‖² (max_k (N x)_k² + ‖x‖² max S):
+                # no product with the contexts, nor with the queries, a second time.
+                t = xp.max(unit * unit, axis=2) + x2[:, None] * keys2[None, :]             # (m, heads)
+                spread = xp.sqrt(t) * norms[:, None]
                 del unit
-                rss = ar.ldexp(xp.sqrt(spread2), (e + e_E)[:, None] + shifts[None, :])
+                rss = ar.ldexp(spread, (e + e_E)[:, None] + shifts[None, :])
                 largest = xp.maximum(xp.maximum(top[..., 0], -xp.min(logits, axis=2)), rss)
                 pending.append((shifted / total, largest, 1 / total[..., 0]))  # top weight: exp(0)/total
             weigh()
             out[r0:r1, ...] = o
-            moved[r0:r1] = shift + dword.U * xp.max(value_sizes, axis=1)
+            # The values' own rounding at the size of their terms, Σ_hj p_hj |e_j|ᵀ|c_h| (and the
+            # skip connection's |x|ᵀ|W_D|), bounded by the largest token's norm (Cauchy–Schwarz).
+            sizes = ar.ldexp(norms, e_E)[:, None] * value_norms[None, :]
+            if weights.skip:
+                sizes = sizes + xp.abs(X[r0:r1, ...]) @ W_D_abs
+            moved[r0:r1] = shift + dword.U * xp.max(sizes, axis=1)
     with ar.session():                                   # the rows on every core
         ar.rows(part, T)
     return out, moved
@@ -217,9 +222,10 @@ def _reordered_per_example(weights: Weights, E, X, ar: Arithmetic):
 
 def _reordered_group(weights: Weights, ar: Arithmetic, h0: int, h1: int):
     """For heads ``h0..h1−1`` of :func:`_reordered_per_example`: their key maps ``N_h^T`` at unit
-    scale side by side (d, heads·d), the squares of their terms summed (``(K^2 Q^{2T})^T``, for
-    the rounding of ``N`` and ``N x``), and the exponents (host integers) that bring ``x N_h^T``
-    back to ``N_h x`` for a query ``x`` at unit scale."""
+    scale side by side (d, heads·d); for each, the largest ``S_ki = N_ki² + Σ_l K_kl² Q_il²``
+    (heads,), the squares of the terms of ``N`` and of ``N x`` (their rounding); and the
+    exponents (host integers) that bring ``x N_h^T`` back to ``N_h x`` for a query ``x`` at
+    unit scale."""
     xp = ar.xp
     keys, squares, shifts = [], [], []
     for h in range(h0, h1):
@@ -227,9 +233,9 @@ def _reordered_group(weights: Weights, ar: Arithmetic, h0: int, h1: int):
         K, Q = ar.ldexp(weights.W_K[h, ...], -a), ar.ldexp(weights.W_Q[h, ...], -b)
         N = K @ xp.matrix_transpose(Q)                                                 # (d, d)
         keys.append(xp.matrix_transpose(N))
-        squares.append(xp.matrix_transpose(N**2 + K**2 @ xp.matrix_transpose(Q**2)))
+        squares.append(xp.max(N**2 + (K**2) @ xp.matrix_transpose(Q**2)))
         shifts.append(a + b)
-    return xp.concat(keys, axis=1), xp.concat(squares, axis=1), np.array(shifts, dtype=np.int64)
+    return xp.concat(keys, axis=1), xp.stack(squares), np.array(shifts, dtype=np.int64)
 
 
 def _row_exponents(ar: Arithmetic, A) -> np.ndarray:

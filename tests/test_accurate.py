@@ -527,7 +527,9 @@ def test_the_reordered_evaluation_weighs_every_head_once_across_groups_and_spans
     out, moved = _reordered(weights, E, X)
     want, want_moved = (X @ weights.W_D if skip else np.zeros((T, d_o))), np.zeros(T)
     for t in range(T):
-        value_sizes = np.abs(X[t]) @ np.abs(weights.W_D) if skip else np.zeros(d_o)    # Σ|terms|, per output
+        # The values' Σ|terms| per output, Σ_hj p_hj |e_j|^T |B_h|, bounded by the largest token's
+        # norm times Σ_h ‖B_h[:, o]‖ (the skip connection's |x|^T |W_D| added).
+        value_sizes = np.abs(X[t]) @ np.abs(weights.W_D) if skip else np.zeros(d_o)
         for h in range(H):
             K, Q = weights.W_K[h], weights.W_Q[h]
             N = K @ Q.T
@@ -537,11 +539,18 @@ def test_the_reordered_evaluation_weighs_every_head_once_across_groups_and_spans
             c = E[t] @ B                                                                         # (n, d_o)
             want[t] += s @ c / s.sum()
             half_range = np.max(c.max(axis=0) - c.min(axis=0)) / 2
-            # Each logit's terms through N = K Q^T, N x and e^T (N x), root-sum-squared.
-            terms = (N @ X[t]) ** 2 + (N**2 + K**2 @ (Q**2).T) @ X[t] ** 2
-            rss = np.sqrt(E[t] ** 2 @ terms)
-            want_moved[t] += _moved(np, max(np.abs(logits).max(), rss.max()), 1 / s.sum(), half_range)
-            value_sizes += (s / s.sum()) @ (np.abs(E[t]) @ np.abs(B))
+            # Each logit's terms through N = K Q^T, N x and e^T (N x), root-sum-squared: at most
+            # the largest token's norm times the root of max_k (N x)_k² + ‖x‖² max S.
+            S = N**2 + K**2 @ (Q**2).T
+            terms = (N @ X[t]) ** 2 + S @ X[t] ** 2
+            bound = (N @ X[t]) ** 2 + np.sum(X[t] ** 2) * S.max()
+            rss = np.linalg.norm(E[t], axis=1).max() * np.sqrt(bound.max())
+            assert rss >= np.sqrt(E[t] ** 2 @ terms).max() * (1 - 1e-12)
+            want_moved[t] += _moved(np, max(np.abs(logits).max(), rss), 1 / s.sum(), half_range)
+            exact_terms = (s / s.sum()) @ (np.abs(E[t]) @ np.abs(B))
+            bound = np.linalg.norm(E[t], axis=1).max() * np.linalg.norm(B, axis=0)
+            assert np.all(bound >= exact_terms * (1 - 1e-12))
+            value_sizes += bound
         want_moved[t] += U * np.max(value_sizes)
     assert np.allclose(out, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
     assert np.allclose(moved, want_moved, rtol=1e-9, atol=0)
