@@ -54,7 +54,7 @@ def memory_estimate(data: Dataset, H: int, d_h: int, d_v: int) -> int:
     """Bytes a float64 build holds at its peak, about: ``Z`` and its copy in the final check,
     two ``T × T`` triangular factors (the row-space factor's, grown in place, and the check's),
     the data three times over, the weights, and every head's ``d × d`` key map (the rounding
-    detector's second evaluation). An upper estimate: at H = 256 (n = 32, d = 64) it is 3.2 Z
+    detector's second evaluation). An upper estimate: at H = 256 (n = 32, d = 64) it is 3.4 Z
     where the build's peak measured 1.6 Z."""
     T, n, d = data.T, data.n, data.d
     return 8 * (2 * T * H * d + 2 * T * T + 3 * T * (n * d + d + data.d_o) + H * d * (2 * d_h + d_v) + H * d * d)
