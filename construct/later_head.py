@@ -27,15 +27,21 @@ def later_head(ws: Workspace, h: int, S: range, rule: str, guess: float | None) 
     ar, low, d, n = ws.ar, ws.ar.low, ws.d, ws.E.shape[1]
     fitted = S.start                                                  # fitted examples: 0..fitted−1
     E_A, X_A = ws.E[:fitted, ...], ws.X[:fitted, ...]
-    for draws in range(1, MAX_DRAWS + 1):                            # Lemma 3
-        sep = rank_one_separator(ws.X[S.start:S.stop, ...], E_A, X_A, ws.rng, ar)
-        if ar.to_host(sep.delta).min() > 0:
-            break
-    else:
+    found: list = []
+
+    def separate() -> None:                                          # Lemma 3
+        for draws in range(1, MAX_DRAWS + 1):
+            sep = rank_one_separator(ws.X[S.start:S.stop, ...], E_A, X_A, ws.rng, ar)
+            if ar.to_host(sep.delta).min() > 0:
+                found.append((sep, draws))
+                return
         raise ConstructionError(f"head {h + 1}: Lemma 3's logits tie on some earlier example after "
                                 f"{MAX_DRAWS} draws (duplicate context tokens?)")
+    # The row reduction C = Z'_S (Z'_A)^+, with Lemma 3 on the other core while it solves with
+    # its factor (the separator draws from the seed's stream; the factor draws nothing).
+    C = ws.reduction.advance(h * d, S.stop, alongside=separate)
+    sep, draws = found[0]
     Z_bar = ar.pick_tokens(E_A, sep.j_star)                          # limit rows z̄^(t) = e_{j*(t)}
-    C = ws.reduction.advance(h * d, S.stop)                          # row reduction: C = Z'_S (Z'_A)^+
     F = C @ Z_bar
     fit = fit_group(ws, S, F)
     ell = ar.rows(lambda lo, hi: _logits(ws, lo, hi, fit.K, fit.Q), fitted)   # ℓ^(t) = E W_S x, earlier rows

@@ -114,8 +114,11 @@ class BlockedRowFactor:
             return self.ar.zeros((m, 0))
         return self._project(V, self.ar.prefix_times(self.Z, self.a, self.f, xp.matrix_transpose(V)))
 
-    def advance(self, f_new: int, stop: int):
-        """:meth:`add_features` up to ``f_new``, :meth:`commit`, then :meth:`stage` up to ``stop``."""
+    def advance(self, f_new: int, stop: int, alongside=None):
+        """:meth:`add_features` up to ``f_new``, :meth:`commit`, then :meth:`stage` up to ``stop``
+        (``alongside``, the caller's work that does not touch the factor, called first)."""
+        if alongside is not None:
+            alongside()
         self.add_features(f_new)
         self.commit()
         return self.stage(stop)

@@ -88,12 +88,14 @@ class RowSpaceFactor:
         self._fitted_times(V.T, rhs[:, :m])
         return self._project(V, rhs)
 
-    def advance(self, f_new: int, stop: int) -> np.ndarray:
+    def advance(self, f_new: int, stop: int, alongside=None) -> np.ndarray:
         """:meth:`add_features` up to ``f_new``, :meth:`commit`, then :meth:`stage` up to ``stop``.
 
         The new group's products with the rows about to be fitted, ``Z_A V^T``, do not involve
         ``R``: with ``parallel`` they run while the helper thread updates ``R`` (``tpqrt``
-        releases the GIL), two operations of about the same size at every step.
+        releases the GIL), two operations of about the same size at every step. ``alongside``,
+        if given, is called on the helper thread while this one solves with ``R`` (triangular
+        solves on one core): work of the caller's that does not touch the factor.
         """
         a = self._stop                              # fitted once the staged group is committed
         V = self.Z[a:stop, :f_new]
@@ -102,7 +104,9 @@ class RowSpaceFactor:
                  lambda: np.matmul(self.Z[:a, :f_new], V.T, out=rhs[:, :-1]), self.parallel)
         self.commit()
         self._stop = stop
-        return self._project(V, rhs)
+        if alongside is None:
+            return self._project(V, rhs)
+        return together(alongside, lambda: self._project(V, rhs), self.parallel)[1]
 
     def _project(self, V: np.ndarray, rhs: np.ndarray) -> np.ndarray:
         """The rest of :meth:`stage`, from ``rhs[:, :m] = Z_A V^T``: ``C``, and the staged
@@ -245,8 +249,8 @@ class CoordinateFactor:
     def stage(self, stop: int) -> np.ndarray:
         return self._inner.stage(stop)
 
-    def advance(self, f_new: int, stop: int) -> np.ndarray:
-        return self._inner.advance(self._columns(f_new), stop)
+    def advance(self, f_new: int, stop: int, alongside=None) -> np.ndarray:
+        return self._inner.advance(self._columns(f_new), stop, alongside)
 
     def add_features(self, f_new: int) -> None:
         self._inner.add_features(self._columns(f_new))
@@ -289,8 +293,11 @@ class GramRowReduction:
     def add_features(self, f_new: int) -> None:
         self.f = max(self.f, f_new)
 
-    def advance(self, f_new: int, stop: int):
-        """:meth:`add_features`, :meth:`commit` and :meth:`stage`, as :meth:`RowSpaceFactor.advance`."""
+    def advance(self, f_new: int, stop: int, alongside=None):
+        """:meth:`add_features`, :meth:`commit` and :meth:`stage`, as :meth:`RowSpaceFactor.advance`
+        (``alongside`` called first)."""
+        if alongside is not None:
+            alongside()
         self.add_features(f_new)
         self.commit()
         return self.stage(stop)
