@@ -540,10 +540,13 @@ def _mattering(nearest: dict[str, np.ndarray], skip: bool, relative: float) -> d
       ``h``'s logits ``Σ_c (eᵀK_c)(Q_cᵀx)``, and a head's logits are not summed with another's:
       ``|K_kc| max|Q_c|`` against the largest such in head ``h`` (a head whose keys are far below
       the others', with large queries, is no less a head).
-    - The values go into every output, summed over the heads: ``W_V[h]``'s column ``c`` meets row
-      ``h·d_v + c`` of ``W_O``, ``W_O``'s column ``k`` meets row ``k`` of ``W_D``; each weighed by
-      those, against the largest in its matrix. ``W_D`` also meets the query alone with the skip
-      connection: there an entry matters at ``W_D``'s own scale too.
+    - The values go into every output, summed over the heads, along ``W_V → W_O → W_D``:
+      ``W_V[h]``'s column ``c`` meets row ``r = h·d_v + c`` of ``W_O``, whose column ``k`` meets
+      row ``k`` of ``W_D``. Each entry is weighed by the largest product of the others along its
+      paths (``W_V``'s column by ``max_k |W_O[r, k]| max|W_D[k]|``, ``W_O[r, k]`` by ``W_V``'s
+      column ``r`` and ``W_D``'s row ``k``, ``W_D``'s row ``k`` by ``max_r |W_O[r, k]|`` times
+      ``W_V``'s column ``r``), against the largest in its matrix. ``W_D`` also meets the query
+      alone with the skip connection: there an entry matters at ``W_D``'s own scale too.
 
     The weights are scaled to the largest of each before they multiply (nothing overflows); a
     weight that underflows counts as not mattering, far below any ``relative``.
@@ -562,11 +565,12 @@ def _mattering(nearest: dict[str, np.ndarray], skip: bool, relative: float) -> d
     H, d_v = V.shape[0], V.shape[2]
     keys = large(K * unit(Q.max(axis=1, keepdims=True, initial=0.0), axis=(1, 2)), axis=(1, 2))
     queries = large(Q * unit(K.max(axis=1, keepdims=True, initial=0.0), axis=(1, 2)), axis=(1, 2))
-    rows_O = O.max(axis=1, initial=0.0).reshape(H, 1, d_v)
-    values = large(V * unit(rows_O))
-    columns_V = V.max(axis=1, initial=0.0).reshape(H * d_v, 1)
-    outputs = large(O * unit(columns_V) * unit(D.max(axis=1, initial=0.0))[None, :])
-    readout = large(D * unit(O.max(axis=0, initial=0.0))[:, None])
+    O_unit = unit(O)                                                   # (H·d_v, d)
+    rows_D = unit(D.max(axis=1, initial=0.0))                          # (d,): W_D's rows
+    columns_V = unit(V.max(axis=1, initial=0.0).reshape(H * d_v))       # (H·d_v,): W_V's columns
+    values = large(V * (O_unit * rows_D[None, :]).max(axis=1, initial=0.0).reshape(H, 1, d_v))
+    outputs = large(O * columns_V[:, None] * rows_D[None, :])
+    readout = large(D * (O_unit * columns_V[:, None]).max(axis=0, initial=0.0)[:, None])
     if skip:
         readout |= large(D)
     return {"W_K": keys, "W_Q": queries, "W_V": values, "W_O": outputs, "W_D": readout}

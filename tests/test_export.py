@@ -702,3 +702,23 @@ def test_an_export_keeps_keys_negligible_beside_their_own_heads_terms():
     W_K[1], W_Q[1] = np.abs(W_K[1]) / 1e-46 + 1, np.abs(W_Q[1]) / 1e36 + 1       # head 1 at unit scale
     W_K[1, :, 1] = 1e-50                                                          # one key column tiny
     to_torch(Weights(W_K, W_Q, w.W_V, w.W_O, w.W_D), dtype=torch.float32)
+
+
+def test_an_export_weighs_a_value_along_its_whole_path_to_the_outputs():
+    # A review: a head's W_V below float32's range (1e-46) whose rows of W_O (1e30) and W_D
+    # (1e17) make it the outputs' largest part passed: W_V was weighed by W_O alone, and the
+    # float32 module gave 0.0016 where the model gives 16.
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    H, d = 2, 4
+    W_V = np.zeros((H, d, 1))
+    W_V[0], W_V[1] = 1.0, 1e-46
+    W_O, W_D = np.zeros((H, d)), np.zeros((d, 1))
+    W_O[0, 0], W_O[1, 1] = 1.0, 1e30
+    W_D[0, 0], W_D[1, 0] = 1e-3, 1e17
+    w = Weights(0.1 * rng.standard_normal((H, d, 2)), 0.1 * rng.standard_normal((H, d, 2)), W_V, W_O, W_D)
+    for fmt in FORMATS:
+        with pytest.raises(InputError, match=r"W_V: .* would become 0"):
+            export_bytes(w, fmt, dtype="float32")
+    with pytest.raises(InputError, match=r"W_V: .* would become 0"):
+        to_torch(w, dtype=torch.float32)
