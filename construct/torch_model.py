@@ -165,12 +165,13 @@ def load_state_dict(state: dict) -> MemorizingAttention:
             problems.append(f"{k}: {v.dtype}, expected {_dtype_names()}")
         else:
             held.setdefault(v.dtype, []).append(k)
-            # The shape before the values: torch.save keeps an expand()ed view as the one value it
-            # repeats, so a small file can hold a tensor of any shape, and every test of its
-            # values would make it whole (the module's float64 copy too).
-            require_memory(3 * 8 * v.numel(), f"the state dict's {k}, a tensor of shape {tuple(v.shape)}")
-            if not bool(torch.isfinite(v).all()):
-                problems.append(f"{k}: non-finite values (NaN or inf)")
+    # The shapes before the values, all five at once: torch.save keeps an expand()ed view as the
+    # one value it repeats, so a small file can hold tensors of any shape, and every test of their
+    # values would make them whole (the weights' float64 copies too, together).
+    tensors = {k: state[k] for ks in held.values() for k in ks}
+    require_memory(sum(3 * 8 * v.numel() for v in tensors.values()),
+                   "the state dict's " + ", ".join(f"{k} {tuple(v.shape)}" for k, v in tensors.items()))
+    problems += [f"{k}: non-finite values (NaN or inf)" for k, v in tensors.items() if not bool(torch.isfinite(v).all())]
     if len(held) > 1:
         problems.append("matrices of several dtypes (" + "; ".join(f"{', '.join(ks)} {t}" for t, ks in held.items())
                         + "): a module holds one dtype")

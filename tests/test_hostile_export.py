@@ -493,3 +493,18 @@ def test_an_export_whose_trial_copy_cannot_be_written_names_where(small, tmp_pat
     with pytest.raises(OutputError, match=r"model\.safetensors: the model's trial copy .*\(No space left .* set TMPDIR"):
         export(weights, "safetensors", tmp_path / "m.safetensors", data=data)
     assert not (tmp_path / "m.safetensors").exists()
+
+
+def test_a_state_dict_whose_matrices_together_exceed_memory_is_refused_before_reading(small, monkeypatch):
+    # A review: the memory test ran per tensor, so five expanded tensors each under the limit
+    # were made whole together (800 MiB more where 256 MiB were free).
+    import construct.limits as limits
+    from construct.torch_model import load_state_dict, to_torch
+    weights, _ = small
+    monkeypatch.setattr(limits, "available_memory", lambda: 256 * 2**20)
+    each = 256 * 2**20 // (3 * 8) * 9 // 10                # 90% of what one tensor may hold alone
+    state = to_torch(weights).state_dict()
+    state = {**state, **{k: torch.zeros(1, dtype=torch.float64).expand(1, 1, each) if k in ("W_K", "W_Q", "W_V")
+                         else state[k] for k in ("W_K", "W_Q", "W_V")}}
+    with pytest.raises(InputError, match=r"W_K \(1, 1, \d+\), W_Q .* needs about"):
+        load_state_dict(state)
