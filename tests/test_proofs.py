@@ -1276,7 +1276,7 @@ def test_lemma3_tokens_that_tie_with_every_term_zero_refute_the_separation():
     assert r.applies and r.conclusion is False, str(r)
 
 
-@pytest.mark.parametrize("statement", ["theorem1", "prop1"])
+@pytest.mark.parametrize("statement", ["theorem1", "prop1", "appendix_c"])
 def test_theorem1_and_prop1_name_the_weaker_statement_where_a1_itself_fails(statement):
     # A proofs audit: with x_6 = x_3 + x_4 (Kruskal rank 2 < n = 3) both printed "confirmed"
     # under the paper's name, although A1 fails: they decide the partition condition (which A1
