@@ -63,6 +63,23 @@ def test_tri_solve_on_a_view_solves(seed, a, spare, k, trans):
         assert np.allclose(product, rhs, atol=1e-10 * max(1, np.abs(rhs).max()))
 
 
+def test_strided_routines_refuse_views_they_would_misread_or_must_not_write():
+    # A review: a reversed view (negative column stride) and one whose columns overlap were read
+    # as other memory, a read-only R was written, and an empty system raised in a reshape.
+    buffer = np.asfortranarray(np.triu(np.ones((6, 6))) + 5 * np.eye(6))
+    with pytest.raises(ValueError, match="do not overlap"):
+        strided.tri_solve(buffer[:3, ::-1][:, :3], np.ones(3))
+    overlapping = np.lib.stride_tricks.as_strided(buffer, shape=(4, 4), strides=(8, 16))
+    with pytest.raises(ValueError, match="do not overlap"):
+        strided.tri_solve(overlapping, np.ones(4))
+    frozen = buffer[:4, :4]
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="writeable"):
+        strided.tpqrt(frozen, np.asfortranarray(np.ones((2, 4))), 2)
+    assert strided.tri_solve(np.zeros((0, 0), order="F"), np.zeros(0)).shape == (0,)
+    assert strided.tri_solve(np.zeros((0, 0), order="F"), np.zeros((0, 3))).shape == (0, 3)
+
+
 def test_strided_routines_refuse_other_layouts():
     R = np.triu(np.ones((4, 4))) + np.eye(4)
     with pytest.raises(ValueError, match="rows are adjacent"):

@@ -40,13 +40,20 @@ _dtrsm = _routine(cython_blas, "dtrsm", c_char_p, c_char_p, c_char_p, c_char_p, 
 _INT_MAX = 2**31 - 1
 
 
-def _leading_dimension(A: np.ndarray) -> int:
-    """The column stride of a float64 Fortran-ordered matrix or view (its rows adjacent)."""
-    if A.dtype != np.float64 or A.ndim != 2 or (A.shape[0] > 1 and A.strides[0] != 8) or A.strides[1] % 8:
-        raise ValueError("a float64 matrix whose rows are adjacent (a Fortran array or a view of one) is needed")
-    ld = max(1, A.shape[0], A.strides[1] // 8)
-    if ld * max(1, A.shape[1]) > _INT_MAX:
-        raise ValueError(f"a matrix of {ld} × {A.shape[1]} entries is beyond LAPACK's 32-bit indices")
+def _leading_dimension(A: np.ndarray, written: bool = False) -> int:
+    """The column stride of a float64 Fortran-ordered matrix or view: its rows adjacent, its
+    columns apart by at least its rows (none overlapping, none reversed); ``written``: one
+    LAPACK writes, which must be writeable."""
+    rows, columns = A.shape if A.ndim == 2 else (0, 0)
+    if (A.dtype != np.float64 or A.ndim != 2 or (rows > 1 and A.strides[0] != 8)
+            or (columns > 1 and (A.strides[1] % 8 or A.strides[1] < 8 * rows))):
+        raise ValueError("a float64 matrix whose rows are adjacent and whose columns do not overlap "
+                         "(a Fortran array or a view of one) is needed")
+    if written and not A.flags.writeable:
+        raise ValueError("a writeable matrix is needed: LAPACK writes it")
+    ld = max(1, rows, A.strides[1] // 8 if columns > 1 else rows)
+    if max(ld, columns) > _INT_MAX:                  # each argument a 32-bit integer (offsets are not)
+        raise ValueError(f"a matrix of {rows} × {columns} (leading dimension {ld}) is beyond LAPACK's 32-bit arguments")
     return ld
 
 
@@ -66,8 +73,10 @@ def tpqrt(R: np.ndarray, B: np.ndarray, nb: int) -> np.ndarray:
         ValueError: arrays of other layouts or shapes; LAPACK's error code.
     """
     n, m = R.shape[1], B.shape[0]
-    if R.shape[0] != n or B.shape[1] != n or not B.flags.f_contiguous or B.dtype != np.float64:
-        raise ValueError("tpqrt needs R (n, n) and a Fortran float64 B (m, n)")
+    if (R.shape[0] != n or B.shape[1] != n or not B.flags.f_contiguous or B.dtype != np.float64
+            or not B.flags.writeable):
+        raise ValueError("tpqrt needs R (n, n) and a writeable Fortran float64 B (m, n)")
+    ld = _leading_dimension(R, written=True)
     if n == 0 or m == 0:
         return np.zeros((max(1, nb), n), order="F")
     nb = max(1, min(nb, n))
@@ -75,7 +84,7 @@ def tpqrt(R: np.ndarray, B: np.ndarray, nb: int) -> np.ndarray:
     work = np.empty(nb * n)
     info = c_int(0)
     _dtpqrt(byref(c_int(m)), byref(c_int(n)), byref(c_int(0)), byref(c_int(nb)), R.ctypes.data,
-            byref(c_int(_leading_dimension(R))), B.ctypes.data, byref(c_int(max(1, m))), T.ctypes.data,
+            byref(c_int(ld)), B.ctypes.data, byref(c_int(max(1, m))), T.ctypes.data,
             byref(c_int(nb)), work.ctypes.data, byref(info))
     if info.value != 0:
         raise ValueError(f"tpqrt: argument {-info.value} is invalid")
@@ -87,10 +96,11 @@ def tri_solve(R: np.ndarray, rhs: np.ndarray, trans: str = "N") -> np.ndarray:
     Fortran view of any column stride (its strict lower part is not read); ``rhs`` (a,) or (a, k).
     A new array: ``rhs`` is not changed."""
     a = R.shape[0]
-    if R.shape != (a, a) or rhs.shape[0] != a or trans not in ("N", "T"):
-        raise ValueError("tri_solve needs R (a, a), rhs (a, k) and trans N or T")
-    X = np.array(rhs.reshape(a, -1), dtype=np.float64, order="F")
+    if R.shape != (a, a) or rhs.ndim not in (1, 2) or rhs.shape[0] != a or trans not in ("N", "T"):
+        raise ValueError("tri_solve needs R (a, a), rhs (a,) or (a, k), and trans N or T")
+    ld = _leading_dimension(R)
+    X = np.array(rhs if rhs.ndim == 2 else rhs[:, None], dtype=np.float64, order="F")
     if a and X.shape[1]:
         _dtrsm(b"L", b"U", trans.encode(), b"N", byref(c_int(a)), byref(c_int(X.shape[1])), byref(c_double(1.0)),
-               R.ctypes.data, byref(c_int(_leading_dimension(R))), X.ctypes.data, byref(c_int(a)))
-    return X.reshape(rhs.shape)
+               R.ctypes.data, byref(c_int(ld)), X.ctypes.data, byref(c_int(a)))
+    return X if rhs.ndim == 2 else X[:, 0]
