@@ -101,7 +101,7 @@ def _reordered(weights: Weights, E, X, ar: Arithmetic = FLOAT64):
         rss = np.ldexp(np.sqrt(spread2), (e_X + a_E + a_K + a_Q)[:, None])
         moved += _moved(np, np.maximum(np.max(np.abs(logits), axis=1), np.max(rss, axis=1)), 1 / total[:, 0],
                         half_range)
-        value_sizes += (s @ (E_abs @ (np.abs(weights.W_V[h]) @ (np.abs(W_O) @ np.abs(weights.W_D))))) / total
+        value_sizes += (s @ (E_abs @ np.abs(weights.W_V[h] @ (W_O @ weights.W_D)))) / total   # |e_j|ᵀ|B_h|
     return out, moved + dword.U * np.max(value_sizes, axis=1, initial=0.0)
 
 
