@@ -45,6 +45,10 @@ from .model import Weights, head_groups
 # Float64 rounding counts as visible when two evaluations differ by more than this fraction of
 # the allowed error.
 VISIBLE = 1 / 16
+# Roundings counted per term of the values' sum p_hj e_j^T B_h in the estimate of what every
+# float64 order shares: the exponential, the normalizer, the product and the sums each round at
+# about u of the term's size (a review's case: 1.9 u beyond the outputs' one).
+VALUE_ROUNDINGS = 4
 
 
 def shared_context(E: np.ndarray) -> bool:
@@ -99,24 +103,35 @@ def _reordered(weights: Weights, E, X, ar: Arithmetic = FLOAT64):
         P = Q @ M                                                                    # (d, n)
         spread2 = X_unit**2 @ (P**2 + Q**2 @ (M**2 + (K**2).T @ (E_unit**2).T))
         rss = np.ldexp(np.sqrt(spread2), (e_X + a_E + a_K + a_Q)[:, None])
-        moved += _moved(np, np.maximum(np.max(np.abs(logits), axis=1), np.max(rss, axis=1)), 1 / total[:, 0],
-                        half_range)
+        moved += _moved(np, np.maximum(np.max(np.abs(logits), axis=1), np.max(rss, axis=1)),
+                        _outside_top(FLOAT64, s, logits) / total[:, 0], half_range)
         value_sizes += (s @ (E_abs @ np.abs(weights.W_V[h] @ (W_O @ weights.W_D)))) / total   # |e_j|ᵀ|B_h|
-    return out, moved + dword.U * np.max(value_sizes, axis=1, initial=0.0)
+    return out, moved + VALUE_ROUNDINGS * dword.U * np.max(value_sizes, axis=1, initial=0.0)
 
 
-def _moved(xp, largest, p_max, half_range):
+def _outside_top(ar: Arithmetic, shifted, logits):
+    """The softmax's weight outside its largest entry, ``Σ_{j ≠ j*} e^{ℓ_j − ℓ_max}``, over the last
+    axis, from ``shifted = exp(logits − max)``: summed directly, not as ``total − 1``, which is 0
+    once every other weight is below ``2^-53`` however much they matter (ties at the top count)."""
+    xp, n = ar.xp, logits.shape[-1]
+    top = xp.argmax(logits, axis=-1)
+    positions = xp.reshape(ar.constant(np.arange(n)), (1,) * (logits.ndim - 1) + (n,))
+    return xp.sum(xp.where(positions == top[..., None], 0.0, shifted), axis=-1)
+
+
+def _moved(xp, largest, p_rest, half_range):
     """How far rounding each of a softmax's logits by ``u`` times ``largest`` could move
-    ``Σ_j p_j c_j``, for values within ``half_range`` of a midpoint and the largest weight
-    ``p_max``: the weights move by factors within ``e^{±2uL}`` and still sum to 1 (so only the
-    values' spread about the midpoint counts), and where one weight holds nearly all
-    (saturation) only the rest, ``1 − p_max``, moves, on both sides of the sum. ``largest`` is
+    ``Σ_j p_j c_j``, for values within ``half_range`` of a midpoint and ``p_rest`` the weight
+    outside the largest one (:func:`_outside_top` over the total): the weights move by factors
+    within ``e^{±2uL}`` and still sum to 1 (so only the values' spread about the midpoint
+    counts), and where one weight holds nearly all (saturation) only the rest moves, on both
+    sides of the sum. ``largest`` is
     the larger of ``|ℓ|`` and the root sum of squares of the logit's terms through the products
     that form it (on contexts of their own a bound on it by Cauchy–Schwarz, with the largest
     token's norm): a dot product whose terms cancel is rounded at the terms' size, in every
     order (terms of 4.5e15 that cancel to 2 leave float64 2.5 or 3). An estimate, for
     :func:`rounding_visible` (not a bound on float64's error)."""
-    return xp.expm1(2 * dword.U * largest) * xp.minimum(2 * (1 - p_max), 1.0) * half_range
+    return xp.expm1(2 * dword.U * largest) * xp.minimum(2 * p_rest, 1.0) * half_range
 
 
 def _reordered_per_example(weights: Weights, E, X, ar: Arithmetic):
@@ -151,7 +166,10 @@ def _reordered_per_example(weights: Weights, E, X, ar: Arithmetic):
     out, moved = ar.zeros((T, d_o)), ar.zeros((T,))
     # Σ_h ‖B_h[:, o]‖ per output: with a context's largest token norm, Cauchy–Schwarz's bound on
     # Σ_hj p_hj |e_j|ᵀ|B_h[:, o]| (the weights p_hj of each head sum to 1).
-    value_norms = xp.sum(ar.vector_norm(xp.reshape(values, (d, H, d_o)), axis=0), axis=0)   # (d_o,)
+    folded = xp.reshape(values, (d, H, d_o))
+    top = xp.max(xp.abs(folded), axis=0)                            # each column's norm at unit scale
+    scale = xp.where(top > 0, top, 1.0)
+    value_norms = xp.sum(scale * ar.vector_norm(folded / scale, axis=0), axis=0)        # (d_o,)
     W_D_abs = xp.abs(weights.W_D)
 
     def part(lo: int, hi: int) -> None:
@@ -168,13 +186,13 @@ def _reordered_per_example(weights: Weights, E, X, ar: Arithmetic):
             norms = xp.sqrt(xp.max(xp.sum(unit_E * unit_E, axis=2), axis=1))                # (m,)
             del unit_E
             x2 = xp.sum(x * x, axis=1)                                                     # ‖x‖² (unit scale)
-            pending: list = []                  # (softmax, largest logit size, top weight) of heads not yet weighed
+            pending: list = []                  # (softmax, largest logit size, weight off the top) of heads not yet weighed
             done = 0                            # heads weighed
 
             def weigh() -> None:                # the pending heads' values, a span at a time
                 nonlocal o, shift, done
-                s, largest, p_max = [xp.concat([p[i] for p in pending], axis=1) if len(pending) > 1
-                                     else pending[0][i] for i in range(3)]
+                s, largest, p_rest = [xp.concat([p[i] for p in pending], axis=1) if len(pending) > 1
+                                      else pending[0][i] for i in range(3)]
                 for g0 in range(0, s.shape[1], span):
                     g1 = min(s.shape[1], g0 + span)
                     columns = slice((done + g0) * d_o, (done + g1) * d_o)
@@ -183,7 +201,7 @@ def _reordered_per_example(weights: Weights, E, X, ar: Arithmetic):
                     o = o + xp.reshape(xp.matmul(p, c), (m, d_o))                          # Σ_hj s_hj e_j^T c_h
                     c = xp.reshape(c, (m, n, g1 - g0, d_o))
                     half_range = xp.max(xp.max(c, axis=1) - xp.min(c, axis=1), axis=2) / 2            # (m, heads)
-                    shift = shift + xp.sum(_moved(xp, largest[:, g0:g1], p_max[:, g0:g1], half_range), axis=1)
+                    shift = shift + xp.sum(_moved(xp, largest[:, g0:g1], p_rest[:, g0:g1], half_range), axis=1)
                 done += s.shape[1]
                 pending.clear()
 
@@ -206,7 +224,7 @@ def _reordered_per_example(weights: Weights, E, X, ar: Arithmetic):
                 del unit
                 rss = ar.ldexp(spread, (e + e_E)[:, None] + shifts[None, :])
                 largest = xp.maximum(xp.maximum(top[..., 0], -xp.min(logits, axis=2)), rss)
-                pending.append((shifted / total, largest, 1 / total[..., 0]))  # top weight: exp(0)/total
+                pending.append((shifted / total, largest, _outside_top(ar, shifted, logits) / total[..., 0]))
             weigh()
             out[r0:r1, ...] = o
             # The values' own rounding at the size of their terms, Σ_hj p_hj |e_j|ᵀ|c_h| (and the
@@ -214,7 +232,7 @@ def _reordered_per_example(weights: Weights, E, X, ar: Arithmetic):
             sizes = ar.ldexp(norms, e_E)[:, None] * value_norms[None, :]
             if weights.skip:
                 sizes = sizes + xp.abs(X[r0:r1, ...]) @ W_D_abs
-            moved[r0:r1] = shift + dword.U * xp.max(sizes, axis=1)
+            moved[r0:r1] = shift + VALUE_ROUNDINGS * dword.U * xp.max(sizes, axis=1)
     with ar.session():                                   # the rows on every core
         ar.rows(part, T)
     return out, moved

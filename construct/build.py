@@ -348,11 +348,18 @@ def _refined(ar: Arithmetic, ws: Workspace, data: Dataset, tol: float, B, weight
     else:
         with np.errstate(over="ignore", invalid="ignore"):
             visible = rounding_visible(weights.map(ar.asarray), ws.E, ws.X, out, allowed, ar)
-    if not visible:
+    # A pre-layer's outputs are rounded once to float64 and both evaluations read them: the
+    # detector cannot see that, so they are evaluated in double words from the raw data always
+    # (as verify does), except where those overflow (data near float64's top) and the detector
+    # itself saw nothing: there float64's outputs stand, as before.
+    if not visible and layer_words is None:
         return weights, None
-    E, X = layer_words() if layer_words is not None else (data.E[0] if shared else data.E, data.X)
     probabilities = np.empty((data.T, weights.H, data.n))
-    outputs = accurate_outputs(weights, E, X, probabilities)
+    with np.errstate(over="ignore", invalid="ignore"):
+        E, X = layer_words() if layer_words is not None else (data.E[0] if shared else data.E, data.X)
+        outputs = accurate_outputs(weights, E, X, probabilities)
+    if not visible and not np.all(np.isfinite(outputs.rad)):
+        return weights, None
     for _ in range(REFINEMENTS):
         residual = -gaps(outputs, data.Y)
         if not (np.all(np.isfinite(residual)) and np.abs(residual).max() > VISIBLE * allowed):

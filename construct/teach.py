@@ -1180,7 +1180,11 @@ def _readout_step(data: Dataset, result: BuildResult, Z: np.ndarray, ranks: list
              "coordinates.",
              f"Final check with the model's own forward pass: max $|f(E, x) − y|$ = {v.max_abs_error:.3g} "
              f"(allowed {v.tol:.1g}), $σ_min(Z)$ = {v.sigma_min_Z:.4g}. That is one {v.outputs} evaluation, "
-             "with its own rounding; mha-construct certify bounds the exact model's error.",
+             "with its own rounding" + ("" if v.outputs == "float64" else
+                                        f" (float64 alone gives {v.float64_error:.3g}, blind to the rounding of "
+                                        "what the pre-layer hands on)" if result.weights.prelayer is not None else
+                                        f" (float64 alone gives {v.float64_error:.3g})")
+             + "; mha-construct certify bounds the exact model's error.",
              ("Ranks after each head" if len(ranks) == result.weights.H else
               f"Ranks after the heads that fit examples (head{'s' if len(ranks) > 1 else ''} 1"
               + (f"–{len(ranks)}" if len(ranks) > 1 else "") + ")")

@@ -215,13 +215,21 @@ def _where_rounding_shows(ar: Arithmetic, weights: Weights, data: Dataset, out, 
         visible = rounding_visible(host, E[0], X, ar.to_host(out), allowed)
     else:                                      # the weights, E and X are in the arithmetic
         visible = rounding_visible(weights, data.E, data.X, out, allowed, ar)
-    if not visible:
+    # After a pre-layer, both float64 evaluations read its outputs rounded once to float64, and
+    # the mean it adds can cancel (tokens ±2^40): that rounding is no evaluation's, and no
+    # estimate of theirs sees it. Such weights are evaluated in double words from the raw data,
+    # except where those overflow (data near float64's top) and the detector saw nothing.
+    if not visible and before_layer is None:
         return None
     if before_layer is not None:                # the pre-layer's outputs in double words, on the raw
         E, X = before_layer.E, before_layer.X   # contexts: ones that differ may shift to one float64 context
         shared = shared_context(E)
-    E, X = accurate_inputs(weights.prelayer if before_layer is not None else None, E[0] if shared else E, X)
-    return accurate_outputs(host, E, X)
+    with np.errstate(over="ignore", invalid="ignore"):
+        E, X = accurate_inputs(weights.prelayer if before_layer is not None else None, E[0] if shared else E, X)
+        words = accurate_outputs(host, E, X)
+    if not visible and not np.all(np.isfinite(words.rad)):
+        return None
+    return words
 
 
 @numpy_error_defaults

@@ -12,6 +12,8 @@ chosen on an AVX-512 machine, left only 3.4e-12 under the Haswell kernels.
 """
 
 import math
+
+import mpmath
 from fractions import Fraction
 
 import numpy as np
@@ -19,7 +21,7 @@ import pytest
 from hypothesis import example, given, settings, strategies as st
 
 from construct import ConstructionError, as_dataset, as_weights, build, dword, synthetic, verify
-from construct.accurate import VISIBLE, changed_outputs, gaps, reordered_outputs, rounding_visible, shared_context
+from construct.accurate import VALUE_ROUNDINGS, VISIBLE, changed_outputs, gaps, reordered_outputs, rounding_visible, shared_context
 from construct.accurate import outputs as accurate_outputs
 from construct.arith import FLOAT64, Mpmath
 from construct.certify import certify
@@ -546,12 +548,13 @@ def test_the_reordered_evaluation_weighs_every_head_once_across_groups_and_spans
             bound = (N @ X[t]) ** 2 + np.sum(X[t] ** 2) * S.max()
             rss = np.linalg.norm(E[t], axis=1).max() * np.sqrt(bound.max())
             assert rss >= np.sqrt(E[t] ** 2 @ terms).max() * (1 - 1e-12)
-            want_moved[t] += _moved(np, max(np.abs(logits).max(), rss), 1 / s.sum(), half_range)
+            rest = np.delete(s, np.argmax(logits)).sum()                    # the weight off the top
+            want_moved[t] += _moved(np, max(np.abs(logits).max(), rss), rest / s.sum(), half_range)
             exact_terms = (s / s.sum()) @ (np.abs(E[t]) @ np.abs(B))
             bound = np.linalg.norm(E[t], axis=1).max() * np.linalg.norm(B, axis=0)
             assert np.all(bound >= exact_terms * (1 - 1e-12))
             value_sizes += bound
-        want_moved[t] += U * np.max(value_sizes)
+        want_moved[t] += VALUE_ROUNDINGS * U * np.max(value_sizes)
     assert np.allclose(out, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
     assert np.allclose(moved, want_moved, rtol=1e-9, atol=0)
 
@@ -681,3 +684,105 @@ def test_verify_sees_the_pre_layers_rounding_of_its_outputs():
     assert wrong.outputs == "double words" and not wrong.passed
     right = verify(w, as_dataset(E, X, np.array([[exact]])))
     assert right.outputs == "double words" and right.passed
+
+
+def _saturated_head(T: int):
+    """A second soundness review's case: one head whose logits near 3e17 are each rounded once,
+    alike in every float64 order; float64 puts weight e^-64 on the second token where the exact
+    model puts e^-85.3, and that token carries a value of e^64. The normalizer rounds to 1."""
+    x0 = float.fromhex("0x1.5555555555555p-2")                           # fl(1/3)
+    top = 301061970003599360.0
+    E, X = np.zeros((T, 2, 2)), np.zeros((T, 2))
+    for t in range(T):
+        a = top + 2.0 ** 10 * t * 7                                      # a context of its own each
+        E[t] = [[a, 0.0], [a - 256.0, 1.0 + t]]
+        X[t] = [x0, 0.0]
+    gap = E[0, 0, 0] * x0 - E[0, 1, 0] * x0                              # float64's logit gap
+    w = as_weights(np.array([[[1.0], [0.0]]]), np.array([[[1.0], [0.0]]]),
+                   np.array([[[0.0], [float(mpmath.exp(gap))]]]), np.array([[1.0, 0.0]]), np.array([[1.0], [0.0]]))
+    return w, E, X
+
+
+def _saturated_unit_tokens():
+    """The same on contexts of their own with unit-size tokens: logits near 1.5e17 from the key
+    map, an exact gap of 32.6 that float64 makes 64, and a value of 3e7 on the second token."""
+    k = float.fromhex("0x1.04ccd32cf4b6cp+57")
+    e1, e2 = float.fromhex("0x1.03b29d299355bp+0"), float.fromhex("0x1.03b29d299355ap+0")
+    E, X = np.zeros((2, 2, 3)), np.zeros((2, 3))
+    E[0] = [[e1, 0.0, 0.25], [e2, 1.0, 0.0]]
+    E[1] = [[e1, 0.0, -0.25], [e2, 1.0, 0.125]]
+    X[:] = [1.0, 0.0, 0.0]
+    w = as_weights(np.array([[[k], [0.0], [0.0]]]), np.array([[[1.0], [0.0], [0.0]]]),
+                   np.array([[[0.0], [3e7], [0.0]]]), np.array([[1.0, 0.0, 0.0]]), np.array([[1.0], [0.0], [0.0]]))
+    return w, E, X
+
+
+@pytest.mark.parametrize("case", ["shared context", "contexts of their own"])
+def test_verify_sees_the_rounding_of_a_saturated_softmax(case):
+    # Found by a second soundness review: the estimate weighed the logits' rounding by 1 − p_max
+    # with p_max = 1/total in float64, which is exactly 0 once the other weights are below 2^-53;
+    # verify passed float64's outputs where the exact model is 0.995 off (one shared context) and
+    # 2.1e-7 off (unit tokens, their own contexts), "outputs in float64".
+    w, E, X = _saturated_head(1) if case == "shared context" else _saturated_unit_tokens()
+    f64 = forward(E, X, w)
+    exact = _exact_output(w, E, X)
+    assert abs(f64[0, 0] - exact) > 1.5e-7                        # the premise
+    v = verify(w, as_dataset(E, X, f64))
+    assert v.outputs == "double words" and v.max_abs_error > 1.5e-7 and not v.passed
+
+
+def test_verify_sees_the_pre_layers_rounding_through_the_skip_connection():
+    # A second soundness review: the mean of tokens ±2^40 cancels, float64's mean (2.36e-4) is
+    # far from the exact one (2.5e-4), and the skip connection carries x' = x + mean to the
+    # outputs times 1e4; both float64 orders read the same rounded x'. Passed 0.14 off.
+    E = np.array([[[2.0**40, 0.0, 1, 0], [3e-4, 1.0, 0, 1], [-2.0**40, 2.0, 0, 0], [7e-4, 3.0, 1, 1]],
+                  [[2.0**40, 0.5, 0, 1], [3e-4, 1.0, 1, 1], [-2.0**40, 2.0, 1, 0], [7e-4, 3.0, 0, 0]]])
+    X = np.zeros((2, 4))
+    W_K, W_Q, W_D = np.zeros((1, 4, 1)), np.zeros((1, 4, 1)), np.zeros((4, 1))
+    W_K[0, 1, 0], W_Q[0, 3, 0], W_D[0, 0] = 1.0, 1.0, 1e4
+    w = as_weights(W_K, W_Q, np.zeros((1, 4, 1)), np.zeros((1, 4)), W_D, skip=True, prelayer="mean-shift")
+    f64 = forward(E, X, w)
+    exact = _exact_output(w, E, X)
+    assert abs(f64[0, 0] - exact) > 0.1                            # the premise
+    v = verify(w, as_dataset(E, X, f64))
+    assert v.outputs == "double words" and not v.passed
+
+
+def test_verify_counts_the_several_roundings_of_each_values_term():
+    # A second soundness review: two heads whose outputs (about 1e8) cancel; every float64 order
+    # rounds the softmax (exp, its normalizer) and the sum over tokens alike. The values' estimate
+    # counted one rounding (u) per term and passed float64's outputs 1.9 times that away from the
+    # exact model: 4.25e-8 off at an allowed 3e-8.
+    K = [['0x1.2655ddd7ddc00p-3', '-0x1.b0cebdad6b654p-1', '0x1.e89f23505375cp-1', '-0x1.8e99d692d9664p-1',
+          '-0x1.0392edc864300p-6', '-0x1.e0c217924335ep-1', '-0x1.81c26506cc648p-3', '-0x1.140b6792fdc40p-6'],
+         ['0x1.6cdbdc17b2c2ep-1', '0x1.6b9d0eda1f2e0p-2', '-0x1.2e891ab56acc8p-2', '-0x1.44100a2c37685p-1',
+          '-0x1.d1b2213d2ca36p-1', '-0x1.5f34d5ac8995cp-2', '-0x1.b8489fcf37698p-1', '-0x1.4bdf5ab7d6f20p-1']]
+    V = [['0x1.7d8b2b0729f4bp+26', '0x1.7d9cc3f59eea3p+26', '0x1.7d78f132a35a4p+26', '0x1.7dd1cabf4c3a6p+26',
+          '0x1.7dca5d6d9154ap+26', '0x1.7d817d7efb0fbp+26', '0x1.7dbc4c71dfeabp+26', '0x1.7da846aac1817p+26'],
+         ['-0x1.7dc8834bec0d0p+26', '-0x1.7d8c077dc4a75p+26', '-0x1.7d89d69b887d2p+26', '-0x1.7dd56a11547b9p+26',
+          '-0x1.7d8c9696598a3p+26', '-0x1.7da2bad26c707p+26', '-0x1.7d88949de4decp+26', '-0x1.7d96aca249fb4p+26']]
+    n = d = 8
+    hexed = lambda rows: np.array([[[float.fromhex(v)] for v in row] for row in rows])    # noqa: E731
+    W_Q, W_O, W_D = np.zeros((2, d, 1)), np.zeros((2, d)), np.zeros((d, 1))
+    W_Q[:, 0, 0], W_O[:, 0], W_D[0, 0] = 1.0, 1.0, 1.0
+    w = as_weights(hexed(K), W_Q, hexed(V), W_O, W_D)
+    E, X = np.eye(n)[None], np.eye(d)[:1]
+    f64 = forward(E, X, w)
+    exact = _exact_output(w, E, X)
+    allowed = 3e-8
+    assert abs(f64[0, 0] - exact) > allowed                       # the premise
+    v = verify(w, as_dataset(E, X, f64), tol=allowed / max(1.0, abs(f64[0, 0])))
+    assert v.outputs == "double words" and not v.passed
+
+
+def test_the_estimate_takes_values_near_float64s_top_without_overflowing():
+    # The values' norms were sums of squares: a readout near 1e300 (data near 1e-300 at their
+    # own scale) overflowed to inf, the detector fired, and the double words' overflow failed a
+    # build that memorizes.
+    from construct.accurate import _reordered
+    rng = np.random.default_rng(0)
+    w = as_weights(rng.standard_normal((1, 4, 2)), rng.standard_normal((1, 4, 2)), 1e300 * rng.standard_normal((1, 4, 1)),
+                   rng.standard_normal((1, 4)), rng.standard_normal((4, 1)))
+    E, X = 1e-300 * rng.standard_normal((3, 3, 4)), rng.standard_normal((3, 4))
+    _, moved = _reordered(w, E, X)
+    assert np.all(np.isfinite(moved)) and moved.max() < 1e-10
