@@ -34,7 +34,7 @@ from .readout import min_norm_solve, readout_target, readout_weights
 from .saturation import SCALES
 from .unit_scale import build_scaled, scaling_exponents
 from .validate import a2_problem, memory_estimate, validate
-from .verify import DEFAULT_TOL, EXTRA_BITS, check, verify
+from .verify import DEFAULT_TOL, check, evaluation_bits, verify
 from .workspace import Workspace
 
 Progress = Callable[[int, int], None]
@@ -294,8 +294,8 @@ def build_in(ar: Arithmetic, data: Dataset, why: str, *, heads: int, head_dim: i
                                   detect=False)
     else:
         # Rounding the weights to their bits moved them: Z and the outputs are recomputed from the
-        # stored weights, as verify does (EXTRA_BITS beyond theirs: the exact model's error).
-        hi = for_bits(weights.bits + EXTRA_BITS)
+        # stored weights, as verify does (at evaluation_bits: the exact model's error).
+        hi = for_bits(evaluation_bits(weights, data))
         with hi.working(), hi.heavy():
             E, X = inputs(hi) if inputs is not None else (hi.asarray(data.E), hi.asarray(data.X))
             in_hi = weights.map(hi.asarray, bits=weights.bits)     # the same numbers, in that arithmetic

@@ -240,7 +240,8 @@ def verify(weights: Weights, data: Dataset, tol: float = DEFAULT_TOL, *, device:
     layer's features on the pre-layer's outputs, computed here in the same arithmetic.
 
     High-precision weights are evaluated at :data:`EXTRA_BITS` more than their own precision
-    (``weights.bits``), on the CPU: the exact model's error, not that of the rounding at their bits.
+    (``weights.bits``), and more where their logits are large (:func:`evaluation_bits`), on the
+    CPU: the exact model's error, not that of the rounding at their bits.
     ``device``: ``"cpu"``, ``"gpu"`` or ``"auto"``, as for :func:`construct.build`.
 
     Raises:
@@ -251,7 +252,7 @@ def verify(weights: Weights, data: Dataset, tol: float = DEFAULT_TOL, *, device:
     check_compatible(weights, data.d, data.d_o)
     what = f"verifying T = {data.T} examples on H = {weights.H} heads"
     where = gpu.resolve(device)
-    ar = gpu.arithmetic(where, None if weights.bits is None else weights.bits + EXTRA_BITS)
+    ar = gpu.arithmetic(where, None if weights.bits is None else evaluation_bits(weights, data))
     if isinstance(ar, gpu.CuPyFloat64):
         gpu.require_device_memory(ar, gpu.device_memory_estimate(data, weights.H), what)
     else:
@@ -268,6 +269,27 @@ def verify(weights: Weights, data: Dataset, tol: float = DEFAULT_TOL, *, device:
     ran = "gpu" if isinstance(ar, gpu.CuPyFloat64) else "cpu"
     return replace(v, device=ran,
                    device_reason=where.why if ran == where.name else f"{weights.bits}-bit mpmath runs on the CPU")
+
+
+# The most bits evaluation_bits adds for large logits' terms (logits of 2^4096 have no softmax).
+MAX_LOGIT_BITS = 4096
+
+
+def evaluation_bits(weights: Weights, data: Dataset) -> int:
+    """The precision high-precision weights are evaluated at: :data:`EXTRA_BITS` more than their
+    own, and more where the logits' terms are large. A softmax is exact to a relative ``δ`` where
+    its logits are to an absolute ``δ``, and a ``p``-bit evaluation leaves each logit within
+    about ``2^-p Σ|terms|``: logits whose terms reach ``2^k`` need ``k + 53 + EXTRA_BITS`` bits to
+    be as exact as float64's units with the margin ``EXTRA_BITS`` gives (terms near ``2^91`` that
+    differ by 3 were equal at 85 bits, and the model attended (1/2, 1/2) for (0.953, 0.047)).
+    The terms' sizes ``|e|ᵀ|W_K||W_Q|ᵀ|x|`` are taken in float64, on the pre-layer's outputs if any."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        E, X = layer_inputs(weights, data.E, data.X)
+        sizes = [np.einsum("tnd,td->tn", np.abs(E), (np.abs(X) @ np.abs(FLOAT64.to_host(weights.W_Q[h])))
+                           @ np.abs(FLOAT64.to_host(weights.W_K[h])).T).max(initial=0.0) for h in range(weights.H)]
+        largest = max(sizes, default=0.0)
+    k = MAX_LOGIT_BITS if not np.isfinite(largest) else max(0, math.frexp(largest)[1])
+    return max(weights.bits + EXTRA_BITS, min(k, MAX_LOGIT_BITS) + 53 + EXTRA_BITS)
 
 
 def float32_error(weights: Weights, data: Dataset) -> dict:

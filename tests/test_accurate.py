@@ -786,3 +786,25 @@ def test_the_estimate_takes_values_near_float64s_top_without_overflowing():
     E, X = 1e-300 * rng.standard_normal((3, 3, 4)), rng.standard_normal((3, 4))
     _, moved = _reordered(w, E, X)
     assert np.all(np.isfinite(moved)) and moved.max() < 1e-10
+
+
+def test_verify_evaluates_high_precision_weights_past_their_logits_size(tmp_path):
+    # A second soundness review: 53-bit weights (stored as decimals) were evaluated at 53 + 32 =
+    # 85 bits, where two logits near 2^91 that differ by exactly 3 are equal: the 85-bit model
+    # attends (1/2, 1/2) instead of (0.953, 0.047), and verify passed labels of 0.5, 0.45 off.
+    from construct import load_weights
+    e = 2.0 ** -52
+    E, X = np.array([[[1.0, 1.0, 0.0], [1.0 + e, 1.0 - e, 1.0]]]), np.array([[1.0, 0.0, 0.0]])
+    w64 = as_weights(np.array([[[2.0 ** 90], [2.0 ** 90 + 3 * 2.0 ** 52], [0.0]]]), np.array([[[1.0], [0.0], [0.0]]]),
+                     np.array([[[0.0], [0.0], [1.0]]]), np.array([[1.0, 0.0, 0.0]]), np.array([[1.0], [0.0], [0.0]]))
+    arrays = w64.arrays()
+    for name in ("W_K", "W_Q", "W_V", "W_O", "W_D"):
+        arrays[name + "_decimal"] = np.vectorize(lambda v: repr(float(v)))(arrays[name]).astype(str)
+    np.savez(tmp_path / "w.npz", **arrays, bits=np.asarray(53))
+    w = load_weights(tmp_path / "w.npz")
+    assert w.bits == 53
+    exact = _exact_output(w64, E, X)
+    assert abs(exact - 0.5) > 0.4                                   # the premise
+    assert not verify(w, as_dataset(E, X, np.array([[0.5]]))).passed
+    v = verify(w, as_dataset(E, X, np.array([[exact]])))
+    assert v.passed and v.max_abs_error < 1e-15
