@@ -22,9 +22,10 @@ by far more. Two tools, for float64 weights:
   float64 cannot tell whether the labels hold; so too where the rounding that every order
   shares could move an output by the tolerance: the logits' at the size of their terms (``|ℓ|``,
   or the root sum of squares of its terms where they cancel), and the values' (``Σ_hj p_hj
-  |e_j|ᵀ|W_V,h W_O,h W_D|``: also what rounding a pre-layer's outputs to float64 moves). The cost
-  is one more forward pass, and products of the magnitudes as large as its own. It is a
-  detector, not a bound: the certificate is what proves.
+  |e_j|ᵀ|W_V,h W_O,h W_D|``, a few roundings each). A pre-layer's outputs, rounded once to
+  float64 and read by both, are no evaluation's rounding: weights with one are evaluated in
+  double words (:mod:`construct.verify`). The cost is one more forward pass and a few products
+  of magnitudes. It is a detector, not a bound: the certificate is what proves.
 - :func:`outputs`: then the outputs in double words (:func:`construct.dword.outputs`), within
   about ``u²·cond`` of the exact model: what ``verify`` reports, and the residual the build
   refines its readout against (iterative refinement, the residual computed in double words, the
@@ -69,9 +70,10 @@ def reordered_outputs(weights: Weights, E, X, ar: Arithmetic = FLOAT64):
 def _reordered(weights: Weights, E, X, ar: Arithmetic = FLOAT64):
     """:func:`reordered_outputs`, and for each example an estimate of how far the rounding that
     every float64 evaluation shares could move its outputs (T,): each logit's (:func:`_moved`,
-    summed over the heads) and the values' at the size of their terms (``u Σ_hj p_hj |e_j|ᵀ|B_h|``
-    with the skip connection's ``u |x|ᵀ|W_D|``, the largest over the outputs; on contexts of
-    their own bounded by the largest token's norm times ``Σ_h ‖B_h[:, o]‖``). Every evaluation
+    summed over the heads) and the values' at the size of their terms, :data:`VALUE_ROUNDINGS`
+    roundings each (``4u Σ_hj p_hj |e_j|ᵀ|B_h|`` with the skip connection's ``4u |x|ᵀ|W_D|``,
+    the largest over the outputs; on contexts of their own bounded by the largest token's norm
+    times ``Σ_h ‖B_h[:, o]‖``). Every evaluation
     rounds the logits it forms, whatever its order, so two of them can agree where both are far
     from the exact model (a logit ``10^17 + 1`` is ``10^17`` in either; terms of 4.5e15 that
     cancel to 2 give 2.5 or 3 in either); and a pre-layer's outputs, rounded once to float64,
@@ -83,9 +85,8 @@ def _reordered(weights: Weights, E, X, ar: Arithmetic = FLOAT64):
     moved = np.zeros(X.shape[0])
     # Σ|terms| of each output: the skip connection's, then every head's values (below).
     value_sizes = np.abs(X) @ np.abs(weights.W_D) if weights.skip else np.zeros((X.shape[0], weights.d_o))
-    e_X = _row_exponents(FLOAT64, X)
-    X_unit, E_unit, a_E = np.ldexp(X, -e_X[:, None]), np.ldexp(E, -_exponent(FLOAT64, E)), _exponent(FLOAT64, E)
-    E_abs = np.abs(E)
+    e_X, a_E = _row_exponents(FLOAT64, X), _exponent(FLOAT64, E)
+    X_unit, E_unit, E_abs = np.ldexp(X, -e_X[:, None]), np.ldexp(E, -a_E), np.abs(E)
     for h in range(H):
         W_O = weights.W_O[h * d_v:(h + 1) * d_v]
         logits = X @ (weights.W_Q[h] @ (weights.W_K[h].T @ E.T))                 # (T, n)
@@ -125,12 +126,11 @@ def _moved(xp, largest, p_rest, half_range):
     outside the largest one (:func:`_outside_top` over the total): the weights move by factors
     within ``e^{±2uL}`` and still sum to 1 (so only the values' spread about the midpoint
     counts), and where one weight holds nearly all (saturation) only the rest moves, on both
-    sides of the sum. ``largest`` is
-    the larger of ``|ℓ|`` and the root sum of squares of the logit's terms through the products
-    that form it (on contexts of their own a bound on it by Cauchy–Schwarz, with the largest
-    token's norm): a dot product whose terms cancel is rounded at the terms' size, in every
-    order (terms of 4.5e15 that cancel to 2 leave float64 2.5 or 3). An estimate, for
-    :func:`rounding_visible` (not a bound on float64's error)."""
+    sides of the sum. ``largest`` is the larger of ``|ℓ|`` and the root sum of squares of the
+    logit's terms through the products that form it (on contexts of their own a bound on it by
+    Cauchy–Schwarz, with the largest token's norm): a dot product whose terms cancel is rounded
+    at the terms' size, in every order (terms of 4.5e15 that cancel to 2 leave float64 2.5 or
+    3). An estimate, for :func:`rounding_visible` (not a bound on float64's error)."""
     return xp.expm1(2 * dword.U * largest) * xp.minimum(2 * p_rest, 1.0) * half_range
 
 

@@ -284,8 +284,8 @@ def evaluation_bits(weights: Weights, data: Dataset) -> int:
     differ by 3 were equal at 85 bits, and the model attended (1/2, 1/2) for (0.953, 0.047)).
     The terms' sizes ``|e|ᵀ|W_K||W_Q|ᵀ|x|`` are taken in float64, on the pre-layer's outputs if any."""
     with np.errstate(over="ignore", invalid="ignore"):
-        E, X = layer_inputs(weights, data.E, data.X)
-        sizes = [np.einsum("tnd,td->tn", np.abs(E), (np.abs(X) @ np.abs(FLOAT64.to_host(weights.W_Q[h])))
+        E, X = (np.abs(a) for a in layer_inputs(weights, data.E, data.X))
+        sizes = [np.einsum("tnd,td->tn", E, (X @ np.abs(FLOAT64.to_host(weights.W_Q[h])))
                            @ np.abs(FLOAT64.to_host(weights.W_K[h])).T).max(initial=0.0) for h in range(weights.H)]
         largest = max(sizes, default=0.0)
     k = MAX_LOGIT_BITS if not np.isfinite(largest) else max(0, math.frexp(largest)[1])
