@@ -47,11 +47,12 @@ def _progress_printer(stream):
 
 
 def _cmd_build(args) -> int:
-    from .io import OutputFolder
+    from .io import OutputFolder, as_path
     from .limits import tolerance
     from .report import summary_text
 
     tolerance(args.tol, "--tol")                   # named as the option, before any folder is touched
+    as_path(args.out, "--out")
     _replaceable_folder(args.out, args.data)
     certificate = Path(args.out) / CERTIFICATE
     # The folder is locked before the work starts, so a second build into it is refused at once.

@@ -133,13 +133,23 @@ def _name_max(path: Path) -> int:
     return 255
 
 
+def _path_max() -> int:
+    """The most bytes a path may have, with its terminating NUL (``PC_PATH_MAX``; 4096 on Linux and
+    where the system does not say)."""
+    try:
+        limit = os.pathconf("/", "PC_PATH_MAX")
+    except (OSError, ValueError, AttributeError):
+        return 4096
+    return limit if limit > 0 else 4096
+
+
 def as_path(value, label: str) -> Path:
     """A path argument (``str``, ``bytes`` or ``os.PathLike``) as a :class:`~pathlib.Path`.
 
     Raises:
         InputError: anything else (``None``, a number, an open file), an empty name (``Path("")``
-            is the current folder, ``'.'``), or a name holding a NUL character
-            (no system takes one), naming ``label``.
+            is the current folder, ``'.'``), a name holding a NUL character (no system takes
+            one), or one longer than the system takes (:func:`_path_max`), naming ``label``.
     """
     if isinstance(value, (str, bytes, os.PathLike)):
         try:
@@ -149,6 +159,10 @@ def as_path(value, label: str) -> Path:
         if name == "":
             raise InputError(f"{label}: an empty path names no file or folder", what="invalid arguments")
         if isinstance(name, str) and "\0" not in name:
+            size, limit = len(os.fsencode(name)), _path_max()
+            if size >= limit:                       # the system says only "[Errno 36] File name too long"
+                raise InputError(f"{label}: the path is {size} bytes ({name[:40]!r}…); a path may have at most "
+                                 f"{limit - 1} bytes here", what="invalid arguments")
             return Path(name)
         if isinstance(name, str):
             raise InputError(f"{label}: the path {name!r} holds a NUL character", what="invalid arguments")

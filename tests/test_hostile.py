@@ -573,7 +573,8 @@ def test_the_python_entry_points_name_a_wrong_argument(small):
              (lambda: forward(small.E, small.X, None), "weights"),
              (lambda: check_assumptions(small.E), "dataset"),
              (lambda: kruskal_rank(np.ones(3)), "V: expected"),
-             (lambda: load_weights("x" * 5000), "does not exist or is not a file")]
+             (lambda: load_weights("x" * 5000), "weights file: the path is 5000 bytes"),
+             (lambda: load_weights("x" * 200), "does not exist or is not a file")]
     for call, needle in cases:
         with pytest.raises(InputError, match=needle):
             call()

@@ -454,3 +454,21 @@ def test_an_unwritable_standard_error_keeps_the_exit_code(tmp_path, good, case):
         proc = subprocess.run([sys.executable, "-m", "construct", "verify", str(weights), str(tmp_path / "run" / "data.npz")],
                               stdout=full if case != "bad input" else subprocess.DEVNULL, stderr=full, timeout=300)
     assert proc.returncode == 2
+
+
+def test_a_path_longer_than_the_system_takes_is_named_by_its_option(tmp_path, capsys, good):
+    # A hostile trial: --out with a 5 KB path printed the raw "[Errno 36] File name too long" and
+    # the whole path, naming no option (exit 2).
+    data = write(tmp_path / "d.npz", **good)
+    assert main(["build", str(data), "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    capsys.readouterr()
+    long = str(tmp_path / "/".join(["a" * 200] * 25) / "m.out")
+    weights, beside = str(tmp_path / "run" / "weights.npz"), str(tmp_path / "run" / "data.npz")
+    for argv, label in ((["build", str(data), "--out", long], "--out"),
+                        (["export", weights, "--format", "safetensors", "--out", long], "--out"),
+                        (["certify", weights, beside, "--out", long], "--out"),
+                        (["verify", long, beside], "weights file")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"{label}: the path is {len(long.encode())} bytes" in err and "Errno" not in err, err
+        assert len(err) < 1000, err
