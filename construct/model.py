@@ -420,6 +420,13 @@ def softmax(logits, ar: Arithmetic = FLOAT64):
     return shifted / ar.xp.sum(shifted, axis=-1, keepdims=True)
 
 
+def logit_term_sizes(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray) -> np.ndarray:
+    """``|e_i|^T |W_K| |W_Q|^T |x|`` for every token of every example (float64, shape (T, n)): the
+    sum of the magnitudes of the terms of each logit ``e_i^T W_K W_Q^T x``, which its rounding
+    scales with (in any arithmetic, in any order). Overflow is the caller's to judge."""
+    return np.einsum("tid,td->ti", np.abs(E), (np.abs(X) @ np.abs(W_Q)) @ np.abs(W_K).T)
+
+
 def head_logits(E, X, W_K, W_Q, ar: Arithmetic = FLOAT64):
     """Logits ``E W_K W_Q^T x`` of one head for every example, shape (T, n).
 

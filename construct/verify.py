@@ -25,7 +25,7 @@ from .data import Dataset, checked
 from .errors import numpy_error_defaults
 from .limits import allowed_error, require_memory, tolerance
 from .model import (Weights, check_compatible, checked_weights, feature_matrix, forward_unchecked, layer_inputs,
-                    output_from_features)
+                    logit_term_sizes, output_from_features)
 
 DEFAULT_TOL = 1e-8
 
@@ -284,9 +284,9 @@ def evaluation_bits(weights: Weights, data: Dataset) -> int:
     differ by 3 were equal at 85 bits, and the model attended (1/2, 1/2) for (0.953, 0.047)).
     The terms' sizes ``|e|ᵀ|W_K||W_Q|ᵀ|x|`` are taken in float64, on the pre-layer's outputs if any."""
     with np.errstate(over="ignore", invalid="ignore"):
-        E, X = (np.abs(a) for a in layer_inputs(weights, data.E, data.X))
-        sizes = [np.einsum("tnd,td->tn", E, (X @ np.abs(FLOAT64.to_host(weights.W_Q[h])))
-                           @ np.abs(FLOAT64.to_host(weights.W_K[h])).T).max(initial=0.0) for h in range(weights.H)]
+        E, X = layer_inputs(weights, data.E, data.X)
+        sizes = [logit_term_sizes(E, X, FLOAT64.to_host(weights.W_K[h]),
+                                  FLOAT64.to_host(weights.W_Q[h])).max(initial=0.0) for h in range(weights.H)]
         largest = max(sizes, default=0.0)
     k = MAX_LOGIT_BITS if not np.isfinite(largest) else max(0, math.frexp(largest)[1])
     return max(weights.bits + EXTRA_BITS, min(k, MAX_LOGIT_BITS) + 53 + EXTRA_BITS)

@@ -36,7 +36,7 @@ from construct.data import checked
 from construct.enclose import gamma, up
 from construct.errors import InputError
 from construct.limits import integer
-from construct.model import feature_matrix, layer_inputs
+from construct.model import feature_matrix, layer_inputs, logit_term_sizes
 
 EXACT_TOL = 1e-9
 
@@ -126,7 +126,7 @@ def logit_radius(E: np.ndarray, X: np.ndarray, W_K: np.ndarray, W_Q: np.ndarray)
     if not E.size or not W_K.size:
         return np.zeros(E.shape[0])
     with np.errstate(over="ignore", invalid="ignore"):
-        size = np.einsum("tid,td->ti", np.abs(E), (np.abs(X) @ np.abs(W_Q)) @ np.abs(W_K).T)
+        size = logit_term_sizes(E, X, W_K, W_Q)
         k = 2 * E.shape[-1] + W_K.shape[1]
         radius = up(gamma(k) * size.max(axis=1, initial=0.0), k)       # past the bound's own rounding
     return np.where(np.isnan(radius), np.inf, radius)

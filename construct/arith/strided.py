@@ -53,14 +53,9 @@ def _leading_dimension(A: np.ndarray, written: bool = False) -> int:
         raise ValueError("a writeable matrix is needed: LAPACK writes it")
     ld = max(1, rows, A.strides[1] // 8 if columns > 1 else rows)
     if max(ld, columns) > _INT_MAX:                  # each argument a 32-bit integer (offsets are not)
-        raise ValueError(f"a matrix of {rows} × {columns} (leading dimension {ld}) is beyond LAPACK's 32-bit arguments")
+        raise ValueError(f"a matrix of {rows} × {columns} (leading dimension {ld}) is beyond LAPACK's "
+                         "32-bit arguments")
     return ld
-
-
-def is_strided(A: np.ndarray) -> bool:
-    """Whether ``A`` is a Fortran-ordered float64 view that is not contiguous (its columns apart)."""
-    return (A.dtype == np.float64 and A.ndim == 2 and not A.flags.f_contiguous and A.shape[0] > 0
-            and A.strides[0] == 8 and A.strides[1] >= 8 * A.shape[0] and A.strides[1] % 8 == 0)
 
 
 def tpqrt(R: np.ndarray, B: np.ndarray, nb: int) -> np.ndarray:
